@@ -1,0 +1,61 @@
+"""Helpers shared by the command modules: argument types that fail with one clear line, and output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tpusim.errors import UserError
+from tpusim.units import UnitError, parse_count, parse_size
+
+
+class UsageError(UserError):
+    """A command-line argument that cannot be accepted."""
+
+
+def size_arg(flag: str) -> Callable[[str], int]:
+    """An argparse type for byte sizes (``64MB``, ``8MiB``) that must come out as whole bytes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = parse_size(text)
+        except UnitError as error:
+            raise UsageError(f"{flag}: {error}") from None
+        if value != int(value):
+            raise UsageError(f"{flag}: size {text!r} is not a whole number of bytes")
+        return int(value)
+
+    return parse
+
+
+def count_arg(flag: str) -> Callable[[str], int]:
+    """An argparse type for counts (chips, K, batch): integers >= 1."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_count(text, flag)
+        except UnitError as error:
+            raise UsageError(str(error)) from None
+
+    return parse
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    """Exactly one JSON object on stdout."""
+    json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=_jsonable)
+    sys.stdout.write("\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def note(message: str) -> None:
+    """A note for the human on stderr."""
+    print(f"note: {message}", file=sys.stderr)

@@ -1,0 +1,30 @@
+"""``tpusim list {hardware,collectives}``: what can be named on the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from tpusim.cli.common import emit_json
+from tpusim.collectives.ops import Op
+from tpusim.hardware import list_hardware
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
+    parser.add_argument("what", choices=["hardware", "collectives"])
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "hardware":
+        rows = [(p.name, p.kind, p.description) for p in list_hardware()]
+    else:
+        rows = [(op.value, "collective", "") for op in Op]
+    if args.json:
+        emit_json({args.what: [{"name": n, "kind": k, "description": d} for n, k, d in rows]})
+        return 0
+    width = max(len(n) for n, _, _ in rows)
+    for name, kind, description in rows:
+        print(f"{name:<{width}}  {kind:<10}  {description}".rstrip())
+    return 0

@@ -1,0 +1,62 @@
+"""Entry point: builds the parser from the command modules, dispatches, and turns errors into exit codes.
+
+Conventions (DESIGN §5): with ``--json`` stdout carries exactly one JSON object; notes and progress go to
+stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is valid,
+optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from tpusim.cli import collective, listing
+from tpusim.cli.common import UsageError
+from tpusim.errors import TpusimError
+
+COMMANDS = (listing, collective)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tpusim", description="Discrete-event simulator of TPUv4 torus clusters.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    try:
+        args = build_parser().parse_args(args_list)
+        return int(args.handler(args) or 0)
+    except TpusimError as error:
+        if debug:
+            traceback.print_exc()
+        for line in error.lines():
+            print(line, file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # an internal error: say so in one line, the traceback only on request
+        if debug:
+            traceback.print_exc()
+        print(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

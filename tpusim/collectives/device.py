@@ -1,0 +1,195 @@
+"""The device API that SPMD chip programs are written against, in the spirit of JAX ``shard_map``.
+
+A program is a generator: it yields the events this API returns and receives their values. Compute
+(``matmul``, ``vector``) queues on the chip's MXU; collectives return a handle at once and complete in the
+background, so a program overlaps communication with compute simply by waiting late. With tensors that
+carry numpy data the same program computes real results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from tpusim.collectives.ops import CollectiveCall, Op
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+
+Program = Callable[..., Generator[simpy.Event, Any, Any]]
+
+
+class AllValues(simpy.Event):
+    """Succeeds with the list of its events' values once all of them have succeeded."""
+
+    def __init__(self, env: simpy.Environment, events: Sequence[simpy.Event]) -> None:
+        super().__init__(env)
+        self._events = list(events)
+        self._left = len(self._events)
+        if self._left == 0:
+            self.succeed([])
+            return
+        for event in self._events:
+            if event.callbacks is None:  # already processed
+                self._one_done(event)
+            else:
+                event.callbacks.append(self._one_done)
+
+    def _one_done(self, event: simpy.Event) -> None:
+        if not event.ok:
+            self.fail(event.value)
+            return
+        self._left -= 1
+        if self._left == 0 and not self.triggered:
+            self.succeed([e.value for e in self._events])
+
+
+class Device:
+    """One chip as its program sees it: identity, compute and collectives."""
+
+    def __init__(self, sim: Simulation, runtime: CollectiveRuntime, index: tuple[int, int]) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.runtime = runtime
+        self.index = index
+        self.mesh = sim.mapping.shape
+        self.chip_id = sim.mapping.chip(*index)
+        self.chip = sim.chips[self.chip_id]
+        self.model = sim.chip_model
+
+    # -- identity ------------------------------------------------------------------------------------
+    def rank(self, axis: int) -> int:
+        """This chip's rank on logical axis ``axis`` (its position on that axis's ring)."""
+        return self.index[axis]
+
+    def size(self, axis: int) -> int:
+        return self.mesh[axis]
+
+    def tensor(self, shape: Sequence[int], dtype: str = "bf16", data: np.ndarray | None = None) -> Tensor:
+        return Tensor(tuple(int(s) for s in shape), dtype, data)
+
+    # -- compute -------------------------------------------------------------------------------------
+    def _busy(self, seconds: float, name: str, flops: float, value: Any) -> simpy.Event:
+        if self.sim.hardware.overlap_slowdown != 1.0 and self.runtime.in_flight.get(self.chip_id, 0):
+            seconds *= self.sim.hardware.overlap_slowdown
+        start, end = self.chip.reserve_mxu(self.env.now, seconds, flops)
+        if self.sim.tracer is not None:
+            self.sim.tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
+        return self.env.timeout(end - self.env.now, value)
+
+    def matmul(
+        self,
+        a: Tensor | simpy.Event,
+        b: Tensor | simpy.Event,
+        acc: Tensor | simpy.Event | None = None,
+        *,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        name: str = "gemm",
+    ) -> simpy.Event:
+        """``op(a) @ op(b)`` (+ ``acc``) on the MXU, op transposing where asked; the value is the product.
+
+        An operand may be a collective handle still in flight: the MXU starts now and the product is
+        delivered when both the MXU and the operand are done. That is the authors' ``ideal`` prefetch
+        accounting (a gather overlapping the GeMM that consumes it), not something hardware can do.
+        """
+        pending = [t for t in (a, b, acc) if isinstance(t, simpy.Event)]
+        ta, tb = _shape_of(a, trans_a), _shape_of(b, trans_b)
+        m, k = ta.shape
+        k2, n = tb.shape
+        if k != k2:
+            raise ValueError(f"matmul shapes {ta.shape} @ {tb.shape} do not agree")
+        seconds = self.model.gemm_time(m, n, k, in_bytes=ta.itemsize, out_bytes=ta.itemsize)
+        flops = self.model.gemm_flops(m, n, k)
+        if not pending:
+            return self._busy(seconds, name, flops, _product(ta, tb, acc))  # type: ignore[arg-type]
+        busy = self._busy(seconds, name, flops, None)
+        done = self.env.event()
+
+        def deliver(values: simpy.Event) -> None:
+            resolved = {id(e): v for e, v in zip(pending, values.value[1:], strict=True)}
+            lhs, rhs, base = (resolved.get(id(t), t) for t in (a, b, acc))
+            done.succeed(_product(lhs.transpose() if trans_a else lhs, rhs.transpose() if trans_b else rhs, base))
+
+        AllValues(self.env, [busy, *pending]).callbacks.append(deliver)
+        return done
+
+    def vector(self, hbm_bytes: float, *, name: str = "vector", value: Any = None) -> simpy.Event:
+        """HBM-bound elementwise work of ``hbm_bytes`` read plus written."""
+        return self._busy(self.model.hbm_time(hbm_bytes), name, 0.0, value)
+
+    def compute(self, flops: float, hbm_bytes: float, *, name: str = "op", value: Any = None) -> simpy.Event:
+        """Work bounded by the larger of its FLOP and its HBM traffic (attention, softmax...)."""
+        return self._busy(self.model.op_time(flops, hbm_bytes), name, flops, value)
+
+    # -- collectives ---------------------------------------------------------------------------------
+    def _collective(self, op: Op, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:
+        if axis not in (0, 1):
+            raise ValueError(f"axis {axis} is out of range; valid: 0, 1")
+        fields.setdefault("ring", self.runtime.ring)
+        fields.setdefault("chunks", self.runtime.chunks)
+        call = CollectiveCall(op, axis, tensor.nbytes, **fields)
+        return self.runtime.submit(self.chip_id, call, tensor)
+
+    def all_gather(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
+        return self._collective(Op.ALL_GATHER, t, axis, dim=dim, **opts)
+
+    def reduce_scatter(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
+        return self._collective(Op.REDUCE_SCATTER, t, axis, dim=dim, **opts)
+
+    def all_reduce(self, t: Tensor, axis: int, **opts: Any) -> simpy.Event:
+        return self._collective(Op.ALL_REDUCE, t, axis, **opts)
+
+    def all_to_all(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
+        return self._collective(Op.ALL_TO_ALL, t, axis, dim=dim, **opts)
+
+    def broadcast(self, t: Tensor, axis: int, root: int, **opts: Any) -> simpy.Event:
+        """Every member passes a tensor of the message's shape; the root's is the one delivered."""
+        return self._collective(Op.BROADCAST, t, axis, root=root, **opts)
+
+    def reduce(self, t: Tensor, axis: int, root: int, **opts: Any) -> simpy.Event:
+        """The root receives the sum; the others receive None."""
+        return self._collective(Op.REDUCE, t, axis, root=root, **opts)
+
+    def shift(self, t: Tensor, axis: int, offset: int, **opts: Any) -> simpy.Event:
+        """Data moves ``offset`` ranks forward along the axis ring: rank r receives from rank r - offset."""
+        return self._collective(Op.SHIFT, t, axis, offset=offset, **opts)
+
+    def send_recv(self, t: Tensor, axis: int, src: int, dst: int, **opts: Any) -> simpy.Event:
+        """Rank ``dst`` receives rank ``src``'s tensor; every member of the group takes part."""
+        return self._collective(Op.SEND_RECV, t, axis, root=src, offset=dst, **opts)
+
+    def wait(self, *events: simpy.Event) -> simpy.Event:
+        """An event whose value is the list of the given events' values."""
+        return AllValues(self.env, events)
+
+
+def _shape_of(t: Tensor | simpy.Event, transpose: bool = False) -> Tensor:
+    tensor = t.expected if isinstance(t, simpy.Event) else t  # type: ignore[attr-defined]
+    return tensor.transpose() if transpose else tensor
+
+
+def _product(a: Tensor, b: Tensor, acc: Tensor | None) -> Tensor:
+    data = None
+    if a.data is not None and b.data is not None:
+        data = a.data @ b.data
+        if acc is not None and acc.data is not None:
+            data = data + acc.data
+    return Tensor((a.shape[0], b.shape[1]), a.dtype, data)
+
+
+def run_spmd(
+    sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple]
+) -> dict[tuple[int, int], Any]:
+    """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh; return each chip's value."""
+    rows, cols = sim.mapping.shape
+    processes = {}
+    for i in range(rows):
+        for j in range(cols):
+            dev = Device(sim, runtime, (i, j))
+            processes[(i, j)] = sim.start(dev.chip_id, program(dev, *args_of(dev)))
+    sim.run()
+    return {index: process.value for index, process in processes.items()}

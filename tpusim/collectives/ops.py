@@ -1,0 +1,88 @@
+"""The collective operations, what every member of a group agrees on, and their data semantics.
+
+A ``CollectiveCall`` is the part of a collective that all members must agree on (operation, axis, bytes,
+root or offset, ring variant, chunking). ``apply`` gives the result each rank receives, from the inputs of
+all ranks in rank order: an all-gather returns the concatenation in rank order, a reduce-scatter the
+reduced shard of the caller, and so on. Shapes follow the same rules whether or not tensors carry data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tpusim.engine.tensor import Tensor, add, concat
+from tpusim.errors import unknown_name
+
+
+class Op(StrEnum):
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_REDUCE = "all-reduce"
+    ALL_TO_ALL = "all-to-all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SHIFT = "shift"
+    SEND_RECV = "send-recv"
+
+    @classmethod
+    def parse(cls, name: str) -> Op:
+        try:
+            return cls(name)
+        except ValueError:
+            raise unknown_name("collective operation", name, [o.value for o in cls]) from None
+
+
+class Ring(StrEnum):
+    """How a ring collective uses the two directions of its links."""
+
+    BIDIRECTIONAL = "bi"  # each shard split in halves travelling opposite ways
+    UNIDIRECTIONAL = "uni"
+
+
+@dataclass(frozen=True)
+class CollectiveCall:
+    """What every member of one group's collective agrees on."""
+
+    op: Op
+    axis: int
+    nbytes: int  # bytes of the caller's input tensor
+    dim: int = 0  # tensor dimension gathered, scattered or split
+    root: int = 0  # broadcast / reduce root; send-recv source
+    offset: int = 0  # shift: data moves from rank r to rank r + offset; send-recv: destination rank
+    ring: Ring = Ring.BIDIRECTIONAL
+    chunks: int = 1
+
+    def unit_bytes(self, group_size: int) -> float:
+        """The size the cost formulas use: shard for AG, output shard for RS and AR, part for all-to-all."""
+        if self.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE, Op.ALL_TO_ALL):
+            return self.nbytes / group_size
+        return float(self.nbytes)
+
+
+def apply(call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
+    """The tensor each rank holds after the collective, given every rank's input in rank order."""
+    n = len(inputs)
+    op = call.op
+    if op is Op.ALL_GATHER:
+        gathered = concat(inputs, call.dim)
+        return [gathered] * n
+    if op is Op.REDUCE_SCATTER:
+        return list(add(inputs).split(call.dim, n))
+    if op is Op.ALL_REDUCE:
+        total = add(inputs)
+        return [total] * n
+    if op is Op.ALL_TO_ALL:
+        parts = [t.split(call.dim, n) for t in inputs]
+        return [concat([parts[src][dst] for src in range(n)], call.dim) for dst in range(n)]
+    if op is Op.BROADCAST:
+        return [inputs[call.root]] * n
+    if op is Op.REDUCE:
+        total = add(inputs)
+        return [total if r == call.root else None for r in range(n)]
+    if op is Op.SHIFT:
+        return [inputs[(r - call.offset) % n] for r in range(n)]
+    if op is Op.SEND_RECV:
+        return [inputs[call.root] if r == call.offset % n else None for r in range(n)]
+    raise AssertionError(op)

@@ -1,0 +1,178 @@
+"""Matching the members' calls into group collectives and running them on the network.
+
+Every chip's k-th collective on logical axis d joins instance k of its group on that axis. When the last
+member joins, the instance starts (a collective launch is a rendezvous): on a physical network after the
+launch overhead it runs its per-link plan; on the calibrated network it holds its axis channels for the
+closed-form duration. Each member's handle fires when its own data is complete, carrying the tensor the
+collective semantics give it. Instances whose members disagree on the operation are schedule bugs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from tpusim.collectives.analytic import calibrated_channels, calibrated_time
+from tpusim.collectives.executor import execute_plan
+from tpusim.collectives.ops import CollectiveCall, Ring, apply
+from tpusim.collectives.plans import Plan, build_plan
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.errors import SimulationError
+
+
+@dataclass
+class CollectiveRecord:
+    """One finished group collective, for breakdowns and tests."""
+
+    call: CollectiveCall
+    group: int
+    size: int
+    start: float
+    end: float = 0.0
+
+
+@dataclass
+class _Instance:
+    call: CollectiveCall
+    group: int
+    size: int
+    inputs: dict[int, Tensor] = field(default_factory=dict)
+    handles: dict[int, simpy.Event] = field(default_factory=dict)
+    chips: dict[int, int] = field(default_factory=dict)
+
+
+class CollectiveRuntime:
+    """The collectives of one simulation."""
+
+    def __init__(self, sim: Simulation, *, ring: Ring = Ring.BIDIRECTIONAL, chunks: int = 1) -> None:
+        self.sim = sim
+        self.ring = ring
+        self.chunks = chunks
+        self._seq: dict[tuple[int, int], int] = {}
+        self._open: dict[tuple[int, int, int], _Instance] = {}
+        self._plans: dict[tuple[Any, ...], list[Plan]] = {}
+        self.records: list[CollectiveRecord] = []
+        self.in_flight: dict[int, int] = {}
+        self.comm_spans: dict[int, list[tuple[float, float]]] = {}
+        if sim.tracer is not None and sim.links is not None and sim.topology is not None:
+            _trace_links(sim)
+
+    def submit(self, chip: int, call: CollectiveCall, tensor: Tensor) -> simpy.Event:
+        """Chip ``chip`` joins its group's next collective on ``call.axis``; returns its handle."""
+        sim = self.sim
+        axis = call.axis
+        group, rank = sim.mapping.group_of(axis, chip)
+        size = sim.mapping.shape[axis]
+        seq = self._seq.get((chip, axis), 0)
+        self._seq[(chip, axis)] = seq + 1
+        key = (axis, group, seq)
+        instance = self._open.get(key)
+        if instance is None:
+            instance = self._open[key] = _Instance(call, group, size)
+        elif instance.call != call:
+            raise SimulationError(
+                f"collective mismatch on axis {axis}, group {group}, call #{seq}: chip {chip} issued "
+                f"{call.op} of {call.nbytes} B but the group started {instance.call.op} of {instance.call.nbytes} B"
+            )
+        handle = sim.env.event()
+        # what the handle will deliver, known now from shapes alone (lets a GeMM start on a pending operand)
+        handle.expected = apply(call, [tensor.like(tensor.shape)] * size)[rank]  # type: ignore[attr-defined]
+        joined_at = sim.env.now
+        handle.callbacks.append(
+            lambda _: self.comm_spans.setdefault(chip, []).append((joined_at, sim.env.now))
+        )
+        instance.inputs[rank] = tensor
+        instance.handles[rank] = handle
+        instance.chips[rank] = chip
+        sim.waiting[chip] = f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
+        if len(instance.inputs) == size:
+            del self._open[key]
+            sim.env.process(self._run(instance))
+        return handle
+
+    def pending(self) -> list[str]:
+        """Instances still waiting for members (a stalled schedule)."""
+        return [
+            f"{inst.call.op} on axis {axis} group {group} #{seq}: {len(inst.inputs)}/{inst.size} joined"
+            for (axis, group, seq), inst in self._open.items()
+        ]
+
+    def _run(self, instance: _Instance) -> Generator[simpy.Event, Any, None]:
+        sim = self.sim
+        env = sim.env
+        call, n = instance.call, instance.size
+        outputs = apply(call, [instance.inputs[r] for r in range(n)])
+        record = CollectiveRecord(call, instance.group, n, env.now)
+        self.records.append(record)
+        for chip in instance.chips.values():
+            self.in_flight[chip] = self.in_flight.get(chip, 0) + 1
+
+        def finish(rank: int, when: float) -> None:
+            chip = instance.chips[rank]
+            record.end = max(record.end, when)
+
+            def fire(_: simpy.Event) -> None:
+                self.in_flight[chip] -= 1
+                sim.waiting.pop(chip, None)
+                if sim.tracer is not None:
+                    sim.tracer.record(chip, f"collectives axis {call.axis}", str(call.op), record.start, when,
+                                      bytes=call.nbytes, group=instance.group)
+                instance.handles[rank].succeed(outputs[rank])
+
+            env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)
+
+        if n == 1:
+            finish(0, env.now)
+            return
+        if sim.calibrated:
+            calibration = sim.hardware.calibration
+            assert calibration is not None
+            keys = [(call.axis, instance.group, d) for d in calibrated_channels(call, n)]
+            _, end = sim.channels.reserve(keys, env.now, calibrated_time(call, n, calibration))
+            for rank in range(n):
+                finish(rank, end)
+            return
+        assert sim.links is not None
+        overhead = sim.hardware.ici.launch_overhead
+        if overhead > 0:
+            yield env.timeout(overhead)
+        phases = self._plans_for(call, instance.group)
+        for index, plan in enumerate(phases):
+            last = index == len(phases) - 1
+            end = yield env.process(execute_plan(env, sim.links, plan, finish if last else _ignore))
+            if not last and end > env.now:
+                yield env.timeout(end - env.now)
+
+    def _plans_for(self, call: CollectiveCall, group: int) -> list[Plan]:
+        key = (call.op, call.axis, group, call.nbytes, call.root, call.offset, call.ring, call.chunks)
+        plans = self._plans.get(key)
+        if plans is None:
+            embedding = self.sim.mapping.axes[call.axis].groups[group]
+            plans = self._plans[key] = build_plan(call, embedding)
+        return plans
+
+
+def _ignore(rank: int, when: float) -> None:
+    del rank, when
+
+
+def _trace_links(sim: Simulation) -> None:
+    """Record every link transfer on its source chip's port track (``ICI +x`` ...)."""
+    topology = sim.topology
+    tracer = sim.tracer
+    assert topology is not None and tracer is not None and sim.links is not None
+    names = [
+        f"ICI {'+' if topology.link_sign[link] > 0 else '-'}{topology.axis_names[topology.link_axis[link]]}"
+        for link in range(topology.num_links)
+    ]
+    sources = topology.link_src.tolist()
+
+    def record(links, start, end) -> None:  # type: ignore[no-untyped-def]
+        for link, s, e in zip(links.tolist(), start.tolist(), end.tolist(), strict=True):
+            tracer.record(sources[link], names[link], "transfer", s, e, link=link)
+
+    sim.links.on_transfer = record

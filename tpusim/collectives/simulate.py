@@ -1,0 +1,148 @@
+"""Simulating one collective on every group of a logical axis, with its twin and its link accounting.
+
+This is what ``tpusim collective`` and ``tpusim.collective(...)`` run: each chip of the mesh issues the
+same operation on the chosen axis; the result reports the simulated time, the closed-form twin and what
+the links carried. ``--bytes`` means the whole tensor of one group for all-gather, reduce-scatter,
+all-reduce and all-to-all, and the message for broadcast, reduce, shift and send/recv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpusim.collectives.analytic import calibrated_time, physical_time
+from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.ops import CollectiveCall, Op, Ring
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.config import HardwareProfile
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.engine.trace import Tracer
+from tpusim.errors import InfeasibleError
+from tpusim.topology import MeshMapping
+
+GROUP_TENSOR_OPS = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE, Op.ALL_TO_ALL)
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One collective experiment on one logical axis."""
+
+    op: Op
+    axis: int
+    nbytes: int
+    ring: Ring = Ring.BIDIRECTIONAL
+    chunks: int = 1
+    root: int = 0
+    offset: int = 1  # shift distance, or send-recv destination rank
+
+
+@dataclass
+class CollectiveResult:
+    """What one simulated collective produced (see the glossary in DESIGN §5)."""
+
+    op: str
+    axis: int
+    group_size: int
+    groups: int
+    bytes: int
+    unit_bytes: float
+    ring: str
+    chunks: int
+    hardware: str
+    fidelity: str
+    time_s: float
+    analytic_time_s: float | None
+    bytes_sent: float | None
+    max_link_bytes: float | None
+    max_link_utilisation: float | None
+    transfers: int
+    events: int
+    mapping: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
+    """The tensor each member passes: a 1-byte-element buffer of the right size."""
+    per_member = spec.nbytes
+    if spec.op in (Op.ALL_GATHER, Op.ALL_TO_ALL):
+        if spec.nbytes % n or (spec.op is Op.ALL_TO_ALL and spec.nbytes % (n * n)):
+            parts = n if spec.op is Op.ALL_GATHER else n * n
+            raise InfeasibleError(
+                f"--bytes {spec.nbytes} does not split into {parts} equal parts for {spec.op} over "
+                f"{n} chips; use a multiple of {parts}"
+            )
+        per_member = spec.nbytes // n
+    elif spec.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and spec.nbytes % n:
+        raise InfeasibleError(
+            f"--bytes {spec.nbytes} does not split into {n} equal shards for {spec.op}; use a multiple of {n}"
+        )
+    return Tensor((per_member,), "int8")
+
+
+def twin_time(spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
+    """The closed form of ``spec`` on one group of ``mapping``'s axis."""
+    axis = mapping.axes[spec.axis]
+    n = axis.size
+    call = _call(spec, member_tensor(spec, n))
+    if hardware.kind == "calibrated":
+        assert hardware.calibration is not None
+        return calibrated_time(call, n, hardware.calibration)
+    return physical_time(call, n, closed=axis.closed, hops_per_step=axis.max_hops, ici=hardware.ici)
+
+
+def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
+    return CollectiveCall(spec.op, spec.axis, tensor.nbytes, root=spec.root, offset=spec.offset,
+                          ring=spec.ring, chunks=spec.chunks)
+
+
+def simulate_collective(
+    spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None
+) -> CollectiveResult:
+    """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links."""
+    n = mapping.shape[spec.axis]
+    tensor = member_tensor(spec, n)
+    sim = Simulation(hardware, mapping, tracer=tracer)
+    runtime = CollectiveRuntime(sim, ring=spec.ring, chunks=spec.chunks)
+    call = _call(spec, tensor)
+
+    def program(dev: Device):  # type: ignore[no-untyped-def]
+        result = yield runtime.submit(dev.chip_id, call, tensor)
+        return result
+
+    run_spmd(sim, runtime, program, lambda dev: ())
+    elapsed = sim.now
+    notes: list[str] = []
+    twin = twin_time(spec, hardware, mapping)
+    if twin is None:
+        notes.append("no closed form is claimed for this case (chunked multi-hop routes or all-to-all)")
+    links = sim.links
+    if links is None:
+        notes.append("abstract calibrated network: no per-link accounting")
+        bytes_sent = max_link = util = None
+        transfers = 0
+    else:
+        bytes_sent = float(links.bytes.sum())
+        max_link = float(links.bytes.max()) if links.count else 0.0
+        util = float(links.utilisation(elapsed).max()) if links.count else 0.0
+        transfers = links.transfers
+    if mapping.axes[spec.axis].max_hops > 1:
+        notes.append("ring neighbours are several hops apart; routes of different groups may share links")
+    return CollectiveResult(
+        op=str(spec.op), axis=spec.axis, group_size=n, groups=mapping.shape[1 - spec.axis],
+        bytes=spec.nbytes, unit_bytes=call.unit_bytes(n), ring=str(spec.ring), chunks=spec.chunks,
+        hardware=hardware.name, fidelity="full", time_s=elapsed, analytic_time_s=twin,
+        bytes_sent=bytes_sent, max_link_bytes=max_link, max_link_utilisation=util,
+        transfers=transfers, events=sim.events, mapping=mapping.describe(), notes=notes,
+    )
+
+
+def link_bytes(sim: Simulation) -> np.ndarray:
+    """Bytes per directed link (empty on the abstract network)."""
+    return sim.links.bytes.copy() if sim.links is not None else np.zeros(0)

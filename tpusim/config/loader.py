@@ -1,0 +1,266 @@
+"""Strict YAML loading and validation shared by every configuration file.
+
+Reads YAML (floats such as ``5e-6`` recognised, duplicate keys rejected), validates it against a frozen
+pydantic model and turns the first problem into one :class:`~tpusim.errors.ConfigError` line that names the
+file, the key path, the bad value and what would be valid. Also defines the quantity types (bytes, B/s,
+seconds, FLOP/s) that accept either SI numbers or strings with units.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
+
+from tpusim.errors import ConfigError, closest
+from tpusim.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
+
+__all__ = [
+    "Bytes",
+    "BytesPerSecond",
+    "FlopsPerSecond",
+    "FrozenModel",
+    "Seconds",
+    "deep_merge",
+    "display_path",
+    "load_yaml",
+    "validate",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class FrozenModel(BaseModel):
+    """Base of every configuration model: unknown keys are errors and a loaded config never changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------- quantities
+
+
+def _quantity(parse: Callable[[Any], float], what: str) -> BeforeValidator:
+    def check(value: Any) -> float:
+        # bool is an int subclass; the parsers reject it themselves with a clearer message.
+        if not isinstance(value, str | int | float):
+            message = f"{what} {value!r} must be a number or a string with a unit"
+            raise PydanticCustomError("quantity", "{message}", {"message": message})
+        try:
+            return parse(value)
+        except UnitError as exc:
+            # A custom error keeps the unit parser's text as the whole message (no "Value error, " prefix).
+            raise PydanticCustomError("quantity", "{message}", {"message": str(exc)}) from None
+
+    return BeforeValidator(check)
+
+
+Bytes = Annotated[float, _quantity(parse_size, "size")]
+"""Bytes (> 0): a number, or a string such as ``"32 GiB"`` or ``"64MB"``."""
+
+BytesPerSecond = Annotated[float, _quantity(parse_bandwidth, "bandwidth")]
+"""Bytes per second (> 0): a number, or a string such as ``"45 GB/s"``."""
+
+Seconds = Annotated[float, _quantity(parse_time, "time")]
+"""Seconds (>= 0): a number, or a string such as ``"1 us"``."""
+
+FlopsPerSecond = Annotated[float, _quantity(parse_flops, "compute rate")]
+"""FLOP per second (> 0): a number, or a string such as ``"275 TFLOP/s"``."""
+
+
+# ---------------------------------------------------------------------------------------------- YAML
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-6`` as a float (YAML 1.2) and refuses duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable key: the base class reports it with a proper mark
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# PyYAML follows YAML 1.1, where a float needs a dot: "5e-6" and "45e9" would silently become strings.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def display_path(path: Path | str) -> str:
+    """The path as shown in messages: relative to the working directory when inside it, else as given."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def load_yaml(path: Path | str, what: str = "YAML") -> Any:
+    """The parsed content of a YAML file; ``what`` names the kind of file in the error (e.g. "experiment")."""
+    shown = display_path(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read {what} file {shown!r}: not UTF-8 text") from None
+    try:
+        # _StrictLoader derives from SafeLoader, so no arbitrary Python objects are constructed.
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = exc.problem or exc.context or "malformed YAML"
+        raise ConfigError(f"{shown}{line}: YAML syntax error: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{shown}: YAML syntax error: {exc}") from None
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` laid over ``base``: mappings merge key by key, anything else is replaced."""
+    merged: dict[str, Any] = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def validate(model_cls: type[M], data: Any, source: str) -> M:
+    """``data`` validated as ``model_cls``; the first problem becomes a ConfigError naming ``source``.
+
+    The first problem is pydantic's first error, except that an unknown key wins over the others.
+    """
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        # A misspelt key also makes its intended key "missing"; the unknown key is the one to report.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        message, suggestion = _describe(first, data, model_cls)
+        raise ConfigError(f"{source}: {message}", suggestion) from None
+
+
+def _data_path(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
+    """The part of pydantic's error location that is a real key path into ``data``.
+
+    pydantic inserts tags (e.g. a union member's name) into locations; those are not keys of the input, so
+    they are dropped by walking the input alongside.
+    """
+    path: list[int | str] = []
+    node = data
+    for i, item in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(item, int) and isinstance(node, list | tuple):
+            path.append(item)
+            node = node[item] if 0 <= item < len(node) else None
+        elif isinstance(item, str) and isinstance(node, Mapping) and (item in node or last):
+            path.append(item)
+            node = node.get(item)
+    return path
+
+
+def _render(path: list[int | str]) -> str:
+    text = ""
+    for item in path:
+        text += f"[{item}]" if isinstance(item, int) else (f".{item}" if text else item)
+    return text
+
+
+def _model_at(tp: Any, path: list[int | str]) -> type[BaseModel] | None:
+    """The pydantic model that describes the mapping at ``path`` inside ``tp``, if there is one."""
+    for item in path:
+        tp = _descend(tp, item)
+        if tp is None:
+            return None
+    return _find_model(tp)
+
+
+def _descend(tp: Any, item: int | str) -> Any:
+    model = _find_model(tp)
+    if model is not None:
+        field = model.model_fields.get(str(item))
+        return field.annotation if field is not None else None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        return _descend(args[0], item)
+    if origin is tuple and isinstance(item, int):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return args[0]
+        return args[item] if item < len(args) else None
+    if origin in (list, dict) and args:
+        return args[-1]
+    return None
+
+
+def _find_model(tp: Any) -> type[BaseModel] | None:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return tp
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        return _find_model(args[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            found = _find_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, str | None]:
+    path = _data_path(tuple(error["loc"]), data)
+    kind = error["type"]
+    if kind == "missing" and path and isinstance(path[-1], int):
+        where = _render(path[:-1])
+        return f"{where}: {_short(error['input'])} has no item [{path[-1]}]", None
+    if kind in ("extra_forbidden", "missing") and path:
+        key, parent = path[-1], _render(path[:-1]) or "top level"
+        model = _model_at(model_cls, path[:-1])
+        valid = sorted(model.model_fields) if model is not None else []
+        if kind == "missing":
+            return f"missing required key {key!r} at {parent}", None
+        listing = f"; valid keys: {', '.join(valid)}" if valid else ""
+        guess = closest(str(key), valid)
+        return f"unknown key {key!r} at {parent}{listing}", (f"did you mean {guess!r}?" if guess else None)
+    where = _render(path)
+    if kind == "quantity":
+        text = error["msg"]
+    elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):
+        text = str(error["ctx"]["error"])
+    elif kind in ("model_type", "dict_type"):
+        text = f"expected a mapping of keys, got {_short(error['input'])}"
+    else:
+        msg = error["msg"]
+        text = f"{_short(error['input'])} is invalid: {msg[:1].lower()}{msg[1:]}"
+    return (f"{where}: {text}" if where else text), None

@@ -1,0 +1,1 @@
+"""The SimPy core: simulation context, links, chips, channels, tensors and the tracer."""

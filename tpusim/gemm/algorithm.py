@@ -1,0 +1,104 @@
+"""The contract every distributed GeMM algorithm fulfils, and the registry that names them.
+
+An algorithm is written once, as a per-chip SPMD ``program`` over the device API that reads the dataflow
+role table; the same program computes the exact product with numpy payloads and is timed without them.
+``analytic`` is its closed-form twin, built from ``CostModel``. Algorithms register themselves by name;
+an unknown name is an error that lists the known ones (never a silent fallback).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import simpy
+
+from tpusim.collectives.device import Device
+from tpusim.engine.tensor import Tensor
+from tpusim.errors import InfeasibleError, unknown_name
+from tpusim.gemm.costs import CostModel
+from tpusim.gemm.dataflow import GemmProblem, Roles
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.sharding import Sharding, two_d
+
+
+@dataclass(frozen=True)
+class GemmContext:
+    """What a chip program needs to know besides its blocks."""
+
+    problem: GemmProblem
+    params: GemmParams
+    mesh: tuple[int, int]
+
+    @property
+    def roles(self) -> Roles:
+        return self.problem.roles
+
+    def axis(self, role_axis: int) -> int:
+        """The logical mesh axis playing role axis ``role_axis`` (transposition swaps them)."""
+        return self.problem.layout.axis(role_axis)
+
+    def size(self, role_axis: int) -> int:
+        return self.mesh[self.axis(role_axis)]
+
+
+Program = Generator[simpy.Event, Any, Tensor]
+
+
+class GemmAlgorithm(ABC):
+    """Base of every registered algorithm."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    uses_slices: ClassVar[bool] = False
+    variants: ClassVar[tuple[str, ...]] = ()
+
+    def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
+        """Raise InfeasibleError for a combination this algorithm cannot run."""
+        if params.slices is not None and not self.uses_slices:
+            raise InfeasibleError(f"--slices {params.slices} does not apply to algorithm {self.name!r}; "
+                                  "only 'meshslice' takes a slice count")
+        if params.variant is not None and params.variant not in self.variants:
+            valid = ", ".join(self.variants) if self.variants else "none (this algorithm has no variants)"
+            raise InfeasibleError(f"unknown variant {params.variant!r} for algorithm {self.name!r}; valid: {valid}")
+
+    def sharding(self, problem: GemmProblem, mesh: tuple[int, int]) -> Sharding:
+        """Where X, W and Y live; 2D algorithms use the layout's placement."""
+        del mesh
+        return two_d(problem.layout)
+
+    @abstractmethod
+    def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
+        """The per-chip program: consume the chip's X and W blocks, return its Y block."""
+
+    @abstractmethod
+    def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
+        """The closed-form time (reference §3), uncontended."""
+
+
+_REGISTRY: dict[str, GemmAlgorithm] = {}
+
+
+def register(cls: type[GemmAlgorithm]) -> type[GemmAlgorithm]:
+    """Class decorator: make an algorithm available by its ``name``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get_algorithm(name: str) -> GemmAlgorithm:
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise unknown_name("algorithm", name, list(_REGISTRY)) from None
+
+
+def algorithms() -> dict[str, GemmAlgorithm]:
+    _load_builtin()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def _load_builtin() -> None:
+    import tpusim.gemm.algorithms  # noqa: F401  (registers the built-in algorithms)

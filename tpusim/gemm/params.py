@@ -1,0 +1,46 @@
+"""Parameters shared by the GeMM algorithms and the prefetch policy (reference §3.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tpusim.config import HardwareProfile
+from tpusim.errors import unknown_name
+
+
+class Prefetch(StrEnum):
+    """When a data-independent gather (a weight, or RS's saved activation) may run.
+
+    ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
+    ``previous-op``: it is issued when the previous op starts (physically honest; for a GeMM simulated on
+    its own there is no previous op, so it behaves like ``none``).
+    ``ideal``: the authors' accounting: it overlaps the very GeMM that consumes it.
+    """
+
+    NONE = "none"
+    PREVIOUS_OP = "previous-op"
+    IDEAL = "ideal"
+
+    @classmethod
+    def parse(cls, name: str) -> Prefetch:
+        try:
+            return cls(name)
+        except ValueError:
+            raise unknown_name("prefetch policy", name, [p.value for p in cls]) from None
+
+
+def default_prefetch(hardware: HardwareProfile) -> Prefetch:
+    """``ideal`` on calibrated profiles (artifact compatibility), ``previous-op`` on physical ones."""
+    return Prefetch.IDEAL if hardware.kind == "calibrated" else Prefetch.PREVIOUS_OP
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """Algorithm parameters; ``slices`` only for algorithms that slice (MeshSlice)."""
+
+    prefetch: Prefetch = Prefetch.IDEAL
+    slices: int | None = None
+    block: int = 8  # MeshSlice's strided-slice run length (hard-coded 8 in the artifact)
+    variant: str | None = None
+    compat_mean_overlap: bool = False  # the `simulation` branch's (a+b)/2 rule, twins only, labelled

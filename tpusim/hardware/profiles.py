@@ -1,0 +1,179 @@
+"""The registry of named hardware profiles in ``configs/hardware``, profile inheritance, and scaled variants.
+
+A profile file may name a ``base:`` profile; the base's mapping is deep-merged under the file's own (its
+``name`` and ``description`` are not inherited). ``scaled_profile`` derives sensitivity-study variants.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tpusim.config.hardware import Calibration, HardwareProfile, OpCalibration
+from tpusim.config.loader import deep_merge, display_path, load_yaml, validate
+from tpusim.errors import ConfigError, closest, unknown_name
+
+__all__ = ["config_root", "hardware_names", "list_hardware", "load_hardware", "scaled_profile"]
+
+CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
+_WHAT = "hardware profile"
+# A child names and describes itself; inheriting these would silently mislabel it.
+_NOT_INHERITED = frozenset({"name", "description"})
+
+
+def config_root() -> Path:
+    """The ``configs/`` folder: ``$TPUSIM_CONFIG_DIR`` if set, else the one next to the package."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "configs"
+
+
+def _hardware_dir() -> Path:
+    return config_root() / "hardware"
+
+
+def hardware_names() -> list[str]:
+    """Names of the registered profiles (the YAML file stems in configs/hardware), sorted."""
+    folder = _hardware_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(path.stem for path in folder.glob("*.yaml"))
+
+
+def list_hardware() -> list[HardwareProfile]:
+    """Every registered profile, loaded, sorted by name."""
+    return sorted((load_hardware(name) for name in hardware_names()), key=lambda profile: profile.name)
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.endswith((".yaml", ".yml")) or "/" in text or os.sep in text
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    """A profile by registered name (``"tpuv4"``) or by path to a YAML file."""
+    if _looks_like_path(name_or_path):
+        path = Path(name_or_path)
+    else:
+        names = hardware_names()
+        if name_or_path not in names:
+            raise unknown_name(_WHAT, name_or_path, names)
+        path = _hardware_dir() / f"{name_or_path}.yaml"
+    return _load_cached(path.resolve(), display_path(path), _hardware_dir().resolve())
+
+
+@cache
+def _load_cached(path: Path, shown: str, registry: Path) -> HardwareProfile:
+    # The registry folder is part of the key: $TPUSIM_CONFIG_DIR decides what names and bases resolve to.
+    profile = validate(HardwareProfile, _merged_mapping(path, shown, ()), shown)
+    if path.parent == registry and profile.name != path.stem:
+        raise ConfigError(
+            f"{shown}: name: {profile.name!r} must match the file name {path.stem!r} of a registered profile"
+        )
+    return profile
+
+
+def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The file's mapping with its base chain merged in; ``chain`` holds the files that inherit from it."""
+    data = load_yaml(path, _WHAT)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{shown}: a {_WHAT} must be a mapping of keys, got {type(data).__name__}")
+    base = data.get("base")
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{shown}: base: {base!r} is not a {_WHAT} name")
+    base_path = _locate_base(base, path, shown)
+    seen = (*chain, path)
+    if base_path in seen:
+        cycle = " -> ".join(p.stem for p in (*seen, base_path))
+        raise ConfigError(f"{shown}: base: inheritance cycle {cycle}")
+    base_shown = display_path(base_path)
+    inherited = _merged_mapping(base_path, base_shown, seen)
+    # Validating the base on its own makes its mistakes name its own file, not the child's.
+    validate(HardwareProfile, inherited, base_shown)
+    inherited = {key: value for key, value in inherited.items() if key not in _NOT_INHERITED}
+    return deep_merge(inherited, data)
+
+
+def _locate_base(base: str, child: Path, shown: str) -> Path:
+    if _looks_like_path(base):
+        candidate = Path(base)
+        return (candidate if candidate.is_absolute() else child.parent / candidate).resolve()
+    names = hardware_names()
+    if base not in names:
+        guess = closest(base, names)
+        raise ConfigError(
+            f"{shown}: base: unknown {_WHAT} {base!r}; valid: {', '.join(names)}",
+            f"did you mean {guess!r}?" if guess else None,
+        )
+    return (_hardware_dir() / f"{base}.yaml").resolve()
+
+
+def _scaled_op(op: OpCalibration, bandwidth: float, latency: float, overhead: float) -> OpCalibration:
+    return op.model_copy(
+        update={
+            "bandwidth": (op.bandwidth[0] * bandwidth, op.bandwidth[1] * bandwidth),
+            "step_latency": op.step_latency * latency,
+            "launch_overhead": op.launch_overhead * overhead,
+        }
+    )
+
+
+def _check_factor(name: str, value: float, allow_zero: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"scale factor {name}={value!r} must be a finite number {bound}")
+
+
+def scaled_profile(
+    profile: HardwareProfile,
+    *,
+    bandwidth: float = 1.0,
+    latency: float = 1.0,
+    overhead: float = 1.0,
+    flops: float = 1.0,
+) -> HardwareProfile:
+    """A copy of ``profile`` for sensitivity studies.
+
+    ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
+    every lambda, ``overhead`` the launch overhead and every alpha, ``flops`` the peak FLOP/s used for timing.
+    HBM and the informational peak are untouched. The name records the factors, e.g.
+    ``meshslice-sim[beta*0.5]``.
+    """
+    _check_factor("bandwidth", bandwidth, allow_zero=False)
+    _check_factor("latency", latency, allow_zero=True)
+    _check_factor("overhead", overhead, allow_zero=True)
+    _check_factor("flops", flops, allow_zero=False)
+    factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops}
+    tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
+    if not tags:
+        return profile
+    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops})
+    ici = profile.ici.model_copy(
+        update={
+            "link_bandwidth": profile.ici.link_bandwidth * bandwidth,
+            "hop_latency": profile.ici.hop_latency * latency,
+            "launch_overhead": profile.ici.launch_overhead * overhead,
+        }
+    )
+    calibration: Calibration | None = None
+    if profile.calibration is not None:
+        cal = profile.calibration
+        calibration = cal.model_copy(
+            update={
+                op: _scaled_op(getattr(cal, op), bandwidth, latency, overhead)
+                for op in ("all_gather", "reduce_scatter", "send_recv")
+            }
+        )
+    return profile.model_copy(
+        update={
+            "name": f"{profile.name}[{','.join(tags)}]",
+            "chip": chip,
+            "ici": ici,
+            "calibration": calibration,
+        }
+    )

@@ -1,0 +1,41 @@
+"""The physical ICI network and the placement of logical meshes on it.
+
+Public API: physical topologies (:class:`PhysicalTopology`, TPUv4 slices, generic tori and meshes,
+spec parsing) and logical mesh mappings (:func:`map_mesh`, :func:`abstract_mesh`, ring embeddings and
+routes per logical axis). This package knows nothing of SimPy; it imports only ``tpusim.errors``.
+"""
+
+from tpusim.topology.mapping import (
+    AxisMapping,
+    AxisPiece,
+    MeshMapping,
+    RingEmbedding,
+    abstract_mesh,
+    map_mesh,
+    parse_mesh,
+)
+from tpusim.topology.physical import PhysicalTopology, build_topology
+from tpusim.topology.slices import (
+    DEFAULT_TPUV4_SLICES,
+    default_tpuv4_slice,
+    generic_topology,
+    parse_topology,
+    tpuv4_slice,
+)
+
+__all__ = [
+    "DEFAULT_TPUV4_SLICES",
+    "AxisMapping",
+    "AxisPiece",
+    "MeshMapping",
+    "PhysicalTopology",
+    "RingEmbedding",
+    "abstract_mesh",
+    "build_topology",
+    "default_tpuv4_slice",
+    "generic_topology",
+    "map_mesh",
+    "parse_mesh",
+    "parse_topology",
+    "tpuv4_slice",
+]

@@ -1,0 +1,301 @@
+"""Logical R x C mesh -> physical chips, with the ring embedding and routes of every logical group.
+
+Logical axis 0 has size R (the R chips sharing column index j), axis 1 has size C (the C chips sharing
+row index i). The rank of a chip along a logical axis is its position on that axis's ring, so rank r and
+r+1 are physically adjacent wherever the embedding allows, and an all-gather concatenates in ring order.
+Also builds the abstract mesh of the calibrated profiles, which has rings but no physical links.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpusim.errors import TopologyError, TpusimError
+from tpusim.topology.physical import PhysicalTopology
+from tpusim.topology.pieces import AxisPiece, choose_pieces, parse_axis_map
+from tpusim.topology.rings import ring_order
+
+__all__ = [
+    "AxisMapping",
+    "AxisPiece",
+    "MeshMapping",
+    "RingEmbedding",
+    "abstract_mesh",
+    "map_mesh",
+    "parse_mesh",
+]
+
+_MESH = re.compile(r"(\d+)(?:x(\d+))?")
+
+
+def _check_index(value: int, size: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= value < size:
+        raise TopologyError(f"{what} {value!r} is out of range; valid: 0..{size - 1}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class RingEmbedding:
+    """One group of a logical axis: its chips in rank (= ring) order and the links between neighbours."""
+
+    members: tuple[int, ...]
+    closed: bool
+    fwd_routes: tuple[tuple[int, ...], ...]
+    bwd_routes: tuple[tuple[int, ...], ...]
+
+    def __post_init__(self) -> None:
+        size = len(self.members)
+        hops = size if self.closed else max(size - 1, 0)
+        if len(self.fwd_routes) != hops or len(self.bwd_routes) != hops:
+            raise TopologyError(
+                f"ring of {size} members ({'closed' if self.closed else 'open'}) needs {hops} forward and "
+                f"backward routes, got {len(self.fwd_routes)} and {len(self.bwd_routes)}"
+            )
+
+    @property
+    def size(self) -> int:
+        """Number of members."""
+        return len(self.members)
+
+    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]:
+        """Links from rank src to rank dst along the ring (the shorter way round) or the line.
+
+        On a closed ring the way with fewer links is taken, then the way with fewer steps; exact ties
+        go forward (increasing rank).
+        """
+        size = self.size
+        src = _check_index(src_rank, size, "source rank")
+        dst = _check_index(dst_rank, size, "destination rank")
+        ahead = (dst - src) % size
+        if ahead == 0:
+            return ()
+        behind = size - ahead
+        if self.closed:
+            fwd_links = sum(len(self.fwd_routes[(src + s) % size]) for s in range(ahead))
+            bwd_links = sum(len(self.bwd_routes[(src - 1 - s) % size]) for s in range(behind))
+            forward = (fwd_links, ahead) <= (bwd_links, behind)
+        else:
+            forward = dst > src
+        links: list[int] = []
+        if forward:
+            for s in range(ahead):
+                links.extend(self.fwd_routes[(src + s) % size])
+        else:
+            for s in range(behind):
+                links.extend(self.bwd_routes[(src - 1 - s) % size])
+        return tuple(links)
+
+
+@dataclass(frozen=True)
+class AxisMapping:
+    """How one logical axis is embedded: its pieces, ring shape, and one ring per group.
+
+    ``embedding`` is "wrapped ring" (one whole wrapped physical axis), "line" (one whole axis without
+    wrap), "snake" (several whole axes, a Hamiltonian cycle), "split" (some piece is a segment or a
+    block index of a split axis), "single" (size 1) or "abstract ring" (calibrated, no topology).
+    ``physical`` holds the piece labels for reports, e.g. ("x", "y") or ("y[0:4]",).
+    """
+
+    axis: int
+    size: int
+    pieces: tuple[AxisPiece, ...]
+    embedding: str
+    closed: bool
+    max_hops: int
+    groups: tuple[RingEmbedding, ...] = field(repr=False)
+    physical: tuple[str, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able summary: size, physical pieces, embedding, closed, max_hops."""
+        return {
+            "size": self.size,
+            "physical": list(self.physical),
+            "embedding": self.embedding,
+            "closed": self.closed,
+            "max_hops": self.max_hops,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class MeshMapping:
+    """A logical R x C mesh placed on a topology (or on the abstract calibrated network when None)."""
+
+    topology: PhysicalTopology | None
+    shape: tuple[int, int]
+    axes: tuple[AxisMapping, AxisMapping]
+    chip_grid: np.ndarray = field(repr=False)
+    _where: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        rows, cols = self.shape
+        grid = np.asarray(self.chip_grid, dtype=np.int64)
+        if grid.shape != (rows, cols) or not np.array_equal(np.sort(grid, axis=None), np.arange(rows * cols)):
+            raise TpusimError(
+                f"chip grid of mesh {rows}x{cols} is not a permutation of the chips 0..{rows * cols - 1}"
+            )
+        where = np.empty((rows * cols, 2), dtype=np.int64)
+        where[grid.ravel(), 0] = np.repeat(np.arange(rows), cols)
+        where[grid.ravel(), 1] = np.tile(np.arange(cols), rows)
+        grid.setflags(write=False)
+        where.setflags(write=False)
+        object.__setattr__(self, "chip_grid", grid)
+        object.__setattr__(self, "_where", where)
+
+    @property
+    def num_chips(self) -> int:
+        """Number of chips (R * C)."""
+        return self.shape[0] * self.shape[1]
+
+    def chip(self, i: int, j: int) -> int:
+        """Chip id of logical chip (i, j)."""
+        row = _check_index(i, self.shape[0], "row index i")
+        return int(self.chip_grid[row, _check_index(j, self.shape[1], "column index j")])
+
+    def group_of(self, axis: int, chip: int) -> tuple[int, int]:
+        """(group index, rank) of a chip on a logical axis: (j, i) on axis 0, (i, j) on axis 1."""
+        if axis not in (0, 1) or isinstance(axis, bool):
+            raise TopologyError(f"logical axis {axis!r} does not exist; valid: 0 (size R) or 1 (size C)")
+        i, j = (int(v) for v in self._where[_check_index(chip, self.num_chips, "chip")])
+        return (j, i) if axis == 0 else (i, j)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able summary of the mesh, the topology and both axes."""
+        return {
+            "mesh": f"{self.shape[0]}x{self.shape[1]}",
+            "topology": self.topology.name if self.topology is not None else "abstract",
+            "axis0": self.axes[0].describe(),
+            "axis1": self.axes[1].describe(),
+        }
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """(R, C) from ``"16x16"``; a single number ``"8"`` means an 8x1 mesh."""
+    match = _MESH.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
+        raise TopologyError(
+            f"cannot parse mesh {text!r}; expected 'RxC' with whole numbers >= 1 (e.g. '16x16'), "
+            "or one number N for an N x 1 mesh"
+        )
+    return int(match.group(1)), int(match.group(2) or 1)
+
+
+def _check_shape(rows: int, cols: int) -> None:
+    for what, value in (("rows", rows), ("columns", cols)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise TopologyError(f"mesh {what} {value!r} must be an integer >= 1")
+
+
+def _ring(topology: PhysicalTopology, members: np.ndarray, closed: bool) -> RingEmbedding:
+    chips = tuple(int(c) for c in members)
+    size = len(chips)
+    hops = size if closed else max(size - 1, 0)
+    nxt = [(chips[r], chips[(r + 1) % size]) for r in range(hops)]
+    return RingEmbedding(
+        members=chips,
+        closed=closed,
+        fwd_routes=tuple(topology.route(a, b) for a, b in nxt),
+        bwd_routes=tuple(topology.route(b, a) for a, b in nxt),
+    )
+
+
+def _embedding_name(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> str:
+    if not pieces:
+        return "single"
+    if not all(p.whole for p in pieces):
+        return "split"
+    if len(pieces) > 1:
+        return "snake"
+    return "wrapped ring" if pieces[0].is_cyclic(topology) else "line"
+
+
+def _offsets(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> np.ndarray:
+    """Physical coordinate offsets [size, ndims] of each ring position of an axis, from its origin."""
+    order = ring_order(
+        [p.length for p in pieces],
+        [p.is_cyclic(topology) for p in pieces],
+        [p.stride * (p.length - 1) for p in pieces],
+    )
+    offsets = np.zeros((len(order), len(topology.dims)), dtype=np.int64)
+    for k, piece in enumerate(pieces):
+        offsets[:, piece.phys_axis] += piece.stride * np.array([point[k] for point in order], dtype=np.int64)
+    return offsets
+
+
+def map_mesh(topology: PhysicalTopology, rows: int, cols: int, axis_map: str | None = None) -> MeshMapping:
+    """Place an R x C logical mesh on a topology; `axis_map` (e.g. ``"x*y,z"``) overrides the search."""
+    _check_shape(rows, cols)
+    rows, cols = int(rows), int(cols)
+    if rows * cols != topology.num_chips:
+        raise TopologyError(
+            f"mesh '{rows}x{cols}' has {rows * cols} chips but topology {topology.name!r} has "
+            f"{topology.num_chips}; choose R and C with R*C = {topology.num_chips}"
+        )
+    if axis_map is not None:
+        pieces = parse_axis_map(axis_map, topology, rows, cols)
+    else:
+        found = choose_pieces(topology, rows, cols)
+        if found is None:
+            raise TopologyError(
+                f"mesh '{rows}x{cols}' cannot be mapped onto topology {topology.name!r}: no assignment of "
+                "whole physical axes, or of one axis split into equal blocks, gives those axis sizes",
+                "choose another mesh shape, or give the pieces yourself with --axis-map (e.g. 'x*y,z')",
+            )
+        pieces = found
+    offsets = (_offsets(topology, pieces[0]), _offsets(topology, pieces[1]))
+    coords = offsets[0][:, None, :] + offsets[1][None, :, :]
+    radix = np.cumprod((1, *topology.dims[:-1]), dtype=np.int64)
+    chip_grid = coords @ radix
+    closed = tuple(len(p) > 1 or (len(p) == 1 and p[0].is_cyclic(topology)) for p in pieces)
+    groups = (
+        tuple(_ring(topology, chip_grid[:, j], closed[0]) for j in range(cols)),
+        tuple(_ring(topology, chip_grid[i, :], closed[1]) for i in range(rows)),
+    )
+    axes = tuple(
+        AxisMapping(
+            axis=axis,
+            size=(rows, cols)[axis],
+            pieces=pieces[axis],
+            physical=tuple(p.label(topology.axis_names) for p in pieces[axis]),
+            embedding=_embedding_name(topology, pieces[axis]),
+            closed=closed[axis],
+            max_hops=max(
+                (len(r) for g in groups[axis] for r in (*g.fwd_routes, *g.bwd_routes)), default=0
+            ),
+            groups=groups[axis],
+        )
+        for axis in (0, 1)
+    )
+    return MeshMapping(topology=topology, shape=(rows, cols), axes=(axes[0], axes[1]), chip_grid=chip_grid)
+
+
+def abstract_mesh(rows: int, cols: int) -> MeshMapping:
+    """The calibrated profiles' network: chip id = i*C + j; every group is a closed ring with no links."""
+    _check_shape(rows, cols)
+    rows, cols = int(rows), int(cols)
+    chip_grid = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols)
+
+    def ring(members: np.ndarray) -> RingEmbedding:
+        size = len(members)
+        hops = size if size > 1 else 0
+        return RingEmbedding(tuple(int(c) for c in members), size > 1, ((),) * hops, ((),) * hops)
+
+    def axis_mapping(axis: int, groups: tuple[RingEmbedding, ...]) -> AxisMapping:
+        size = (rows, cols)[axis]
+        return AxisMapping(
+            axis=axis,
+            size=size,
+            pieces=(),
+            physical=(),
+            embedding="abstract ring" if size > 1 else "single",
+            closed=size > 1,
+            max_hops=0,
+            groups=groups,
+        )
+
+    axis0 = axis_mapping(0, tuple(ring(chip_grid[:, j]) for j in range(cols)))
+    axis1 = axis_mapping(1, tuple(ring(chip_grid[i, :]) for i in range(rows)))
+    return MeshMapping(topology=None, shape=(rows, cols), axes=(axis0, axis1), chip_grid=chip_grid)

@@ -1,0 +1,206 @@
+"""The physical ICI network: chips on a torus or mesh and the directed links between them.
+
+Owns chip numbering (row-major with axis 0 fastest: ``chip = x + X*(y + Y*z)``), deterministic link
+numbering, the networkx graph with one edge per directed ICI link, and dimension-ordered routing. It
+knows nothing of TPU slice rules (:mod:`tpusim.topology.slices`) or logical meshes
+(:mod:`tpusim.topology.mapping`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from tpusim.errors import TopologyError
+
+
+def axis_names_for(ndims: int) -> tuple[str, ...]:
+    """Names of the physical axes: x, y, z for up to three axes, else a0, a1, ..."""
+    if ndims <= 3:
+        return ("x", "y", "z")[:ndims]
+    return tuple(f"a{k}" for k in range(ndims))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    # Topologies are shared by every layer above; a read-only array turns an accidental write into an error.
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class PhysicalTopology:
+    """Chips on a (possibly wrapped) grid with one graph edge and one link id per directed ICI link."""
+
+    name: str
+    dims: tuple[int, ...]
+    wrap: tuple[bool, ...]
+    axis_names: tuple[str, ...]
+    graph: nx.DiGraph = field(repr=False)
+    link_src: np.ndarray = field(repr=False)
+    link_dst: np.ndarray = field(repr=False)
+    link_axis: np.ndarray = field(repr=False)
+    link_sign: np.ndarray = field(repr=False)
+    _coords: np.ndarray = field(init=False, repr=False)
+    _radix: np.ndarray = field(init=False, repr=False)
+    _hop: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ndims = len(self.dims)
+        if not (len(self.wrap) == len(self.axis_names) == ndims):
+            raise TopologyError(
+                f"topology {self.name!r}: dims {self.dims}, wrap {self.wrap} and axis names "
+                f"{self.axis_names} must have the same length"
+            )
+        num_links = len(self.link_src)
+        if not (len(self.link_dst) == len(self.link_axis) == len(self.link_sign) == num_links):
+            raise TopologyError(f"topology {self.name!r}: link arrays must all have the same length")
+        chips = math.prod(self.dims)
+        coords = np.stack(np.unravel_index(np.arange(chips), self.dims, order="F"), axis=1)
+        radix = np.cumprod((1, *self.dims[:-1]), dtype=np.int64)
+        # hop[chip, axis, 0] is the +1 link out of chip along axis, hop[..., 1] the -1 link; -1 if none.
+        hop = np.full((chips, ndims, 2), -1, dtype=np.int64)
+        hop[self.link_src, self.link_axis, (self.link_sign < 0).astype(np.int64)] = np.arange(num_links)
+        object.__setattr__(self, "_coords", _frozen(coords.astype(np.int64)))
+        object.__setattr__(self, "_radix", _frozen(radix))
+        object.__setattr__(self, "_hop", _frozen(hop))
+
+    @property
+    def num_chips(self) -> int:
+        """Number of chips."""
+        return len(self._coords)
+
+    @property
+    def num_links(self) -> int:
+        """Number of directed ICI links."""
+        return len(self.link_src)
+
+    def _check_chip(self, chip: int) -> int:
+        if isinstance(chip, bool) or not isinstance(chip, int | np.integer) or not 0 <= chip < self.num_chips:
+            raise TopologyError(
+                f"chip {chip!r} is not in topology {self.name!r}; valid chip ids are 0..{self.num_chips - 1}"
+            )
+        return int(chip)
+
+    def coord(self, chip: int) -> tuple[int, ...]:
+        """Physical coordinates of a chip."""
+        return tuple(int(c) for c in self._coords[self._check_chip(chip)])
+
+    def chip_at(self, coord: Sequence[int]) -> int:
+        """The chip at a coordinate; coordinates are taken modulo the size only along wrapped axes."""
+        values = tuple(int(c) for c in coord)
+        if len(values) != len(self.dims):
+            raise TopologyError(
+                f"coordinate {values!r} has {len(values)} axes but topology {self.name!r} has "
+                f"{len(self.dims)} ({', '.join(self.axis_names)})"
+            )
+        fixed = []
+        for value, size, wraps, axis_name in zip(values, self.dims, self.wrap, self.axis_names, strict=True):
+            if wraps:
+                value %= size
+            elif not 0 <= value < size:
+                raise TopologyError(
+                    f"coordinate {values!r} is outside topology {self.name!r}: {axis_name} must be in "
+                    f"0..{size - 1} (axis {axis_name} has no wraparound)"
+                )
+            fixed.append(value)
+        return int(np.dot(fixed, self._radix))
+
+    def link_id(self, src: int, dst: int) -> int:
+        """Id of the directed link src -> dst."""
+        data = self.graph.get_edge_data(self._check_chip(src), self._check_chip(dst))
+        if data is None:
+            raise TopologyError(
+                f"chips {src!r} and {dst!r} are not adjacent in {self.name!r}; no ICI link joins them"
+            )
+        return int(data["link"])
+
+    def _check_axis(self, axis: int) -> int:
+        if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < len(self.dims):
+            raise TopologyError(
+                f"axis {axis!r} is not an axis of {self.name!r}; valid: 0..{len(self.dims) - 1}"
+            )
+        return int(axis)
+
+    def neighbor(self, chip: int, axis: int, sign: int) -> int | None:
+        """The chip one link away along an axis (sign +1 or -1), or None where no link leaves."""
+        if sign not in (1, -1):
+            raise TopologyError(f"sign {sign!r} must be +1 or -1")
+        link = self._hop[self._check_chip(chip), self._check_axis(axis), 0 if sign > 0 else 1]
+        return None if link < 0 else int(self.link_dst[link])
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """Link ids of the dimension-ordered shortest path src -> dst.
+
+        Axes are resolved in order 0, 1, ...; along a wrapped axis the shorter way round is taken, and an
+        exact tie goes in the + direction.
+        """
+        chip = self._check_chip(src)
+        target = self._coords[self._check_chip(dst)]
+        links: list[int] = []
+        for axis, size in enumerate(self.dims):
+            here = int(self._coords[chip, axis])
+            there = int(target[axis])
+            if here == there:
+                continue
+            if self.wrap[axis]:
+                ahead = (there - here) % size
+                sign, steps = (1, ahead) if ahead <= size - ahead else (-1, size - ahead)
+            else:
+                sign, steps = (1, there - here) if there > here else (-1, here - there)
+            slot = 0 if sign > 0 else 1
+            for _ in range(steps):
+                link = int(self._hop[chip, axis, slot])
+                links.append(link)
+                chip = int(self.link_dst[link])
+        return tuple(links)
+
+
+def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> PhysicalTopology:
+    """Build a topology from validated sizes and requested wraparound.
+
+    Wraparound only exists on axes of size >= 3: a size-2 axis already has its one link each way
+    between its two chips, and a size-1 axis has no links at all.
+    """
+    sizes = tuple(int(d) for d in dims)
+    wraps = tuple(bool(w) and size >= 3 for w, size in zip(wrap, sizes, strict=True))
+    chips = math.prod(sizes)
+    radix = np.cumprod((1, *sizes[:-1]), dtype=np.int64)
+    coords = np.stack(np.unravel_index(np.arange(chips), sizes, order="F"), axis=1)
+    src: list[int] = []
+    dst: list[int] = []
+    axes: list[int] = []
+    signs: list[int] = []
+    for chip in range(chips):
+        for axis, size in enumerate(sizes):
+            here = int(coords[chip, axis])
+            for sign in (1, -1):
+                there = here + sign
+                if not 0 <= there < size:
+                    if not wraps[axis]:
+                        continue
+                    there %= size
+                src.append(chip)
+                dst.append(chip + (there - here) * int(radix[axis]))
+                axes.append(axis)
+                signs.append(sign)
+    graph = nx.DiGraph(name=name)
+    graph.add_nodes_from((chip, {"coord": tuple(int(c) for c in coords[chip])}) for chip in range(chips))
+    graph.add_edges_from(
+        (s, d, {"link": link, "axis": a, "sign": g})
+        for link, (s, d, a, g) in enumerate(zip(src, dst, axes, signs, strict=True))
+    )
+    return PhysicalTopology(
+        name=name,
+        dims=sizes,
+        wrap=wraps,
+        axis_names=axis_names_for(len(sizes)),
+        graph=graph,
+        link_src=_frozen(np.array(src, dtype=np.int64)),
+        link_dst=_frozen(np.array(dst, dtype=np.int64)),
+        link_axis=_frozen(np.array(axes, dtype=np.int64)),
+        link_sign=_frozen(np.array(signs, dtype=np.int64)),
+    )

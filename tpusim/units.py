@@ -1,0 +1,135 @@
+"""SI units, data-type sizes, and parsing of human-written quantities.
+
+Everything inside tpusim is SI: seconds, bytes, FLOP, bytes per second. This module turns strings such
+as ``"64 MiB"``, ``"45 GB/s"``, ``"1 us"`` or ``"275 TFLOP/s"`` into those numbers. It imports nothing
+from tpusim; it raises :class:`UnitError` (a ``ValueError``) that callers translate into user errors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+ns, us, ms = 1e-9, 1e-6, 1e-3
+
+DTYPE_BYTES: dict[str, int] = {"int8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+
+_SIZE_UNITS = {
+    "": 1.0, "b": 1.0, "B": 1.0,
+    "kB": KB, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
+    "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB,
+}
+_TIME_UNITS = {"s": 1.0, "ms": ms, "us": us, "µs": us, "ns": ns}
+_FLOPS_PREFIX = {"": 1.0, "K": 1e3, "G": 1e9, "T": 1e12, "P": 1e15}
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+
+
+class UnitError(ValueError):
+    """A quantity that cannot be parsed; the message quotes it and says what is valid."""
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a data type name such as ``"bf16"``."""
+    try:
+        return DTYPE_BYTES[name]
+    except KeyError:
+        raise UnitError(f"unknown dtype {name!r}; valid: {', '.join(DTYPE_BYTES)}") from None
+
+
+def _split(text: str) -> tuple[float, str]:
+    match = re.fullmatch(_NUMBER + r"\s*([^\s\d].*)?", text.strip())
+    if not match:
+        raise UnitError(f"cannot parse {text!r} as a number with a unit")
+    return float(match.group(1)), (match.group(2) or "").strip()
+
+
+def _finite_positive(value: float, text: object, what: str, allow_zero: bool) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UnitError(f"{what} {text!r} must be a finite number {bound}")
+    return value
+
+
+def parse_size(text: str | float | int, *, allow_zero: bool = False) -> float:
+    """Bytes from ``"64MB"`` (64e6), ``"8 MiB"`` (8 * 2**20) or a plain number of bytes."""
+    if isinstance(text, bool):
+        raise UnitError(f"size {text!r} is not a number of bytes")
+    if isinstance(text, int | float):
+        return _finite_positive(float(text), text, "size", allow_zero)
+    value, unit = _split(text)
+    if unit not in _SIZE_UNITS:
+        raise UnitError(
+            f"size {text!r} has unknown unit {unit!r}; valid: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB"
+        )
+    return _finite_positive(value * _SIZE_UNITS[unit], text, "size", allow_zero)
+
+
+def parse_bandwidth(text: str | float | int) -> float:
+    """Bytes per second from ``"45 GB/s"``, ``"1.2 TB/s"`` or a plain number of B/s."""
+    if isinstance(text, bool):
+        raise UnitError(f"bandwidth {text!r} is not a number")
+    if isinstance(text, int | float):
+        return _finite_positive(float(text), text, "bandwidth", False)
+    value, unit = _split(text)
+    if not unit.endswith("/s") or unit[:-2] not in _SIZE_UNITS:
+        raise UnitError(f"bandwidth {text!r} needs a unit per second, e.g. '45 GB/s' or '90e9 B/s'")
+    return _finite_positive(value * _SIZE_UNITS[unit[:-2]], text, "bandwidth", False)
+
+
+def parse_time(text: str | float | int, *, allow_zero: bool = True) -> float:
+    """Seconds from ``"1 us"``, ``"13e-6 s"``, ``"5ms"`` or a plain number of seconds."""
+    if isinstance(text, bool):
+        raise UnitError(f"time {text!r} is not a number")
+    if isinstance(text, int | float):
+        return _finite_positive(float(text), text, "time", allow_zero)
+    value, unit = _split(text)
+    if unit not in _TIME_UNITS:
+        raise UnitError(f"time {text!r} has unknown unit {unit!r}; valid: s, ms, us, ns")
+    return _finite_positive(value * _TIME_UNITS[unit], text, "time", allow_zero)
+
+
+def parse_flops(text: str | float | int) -> float:
+    """FLOP per second from ``"275 TFLOP/s"`` or a plain number."""
+    if isinstance(text, bool):
+        raise UnitError(f"compute rate {text!r} is not a number")
+    if isinstance(text, int | float):
+        return _finite_positive(float(text), text, "compute rate", False)
+    value, unit = _split(text)
+    match = re.fullmatch(r"([KGTP]?)FLOP/s", unit)
+    if not match:
+        raise UnitError(f"compute rate {text!r} needs a unit such as 'TFLOP/s'")
+    return _finite_positive(value * _FLOPS_PREFIX[match.group(1)], text, "compute rate", False)
+
+
+def parse_count(text: str | int, what: str = "count") -> int:
+    """A whole number >= 1 (chips, slices, batch); ``"8"`` and ``8`` are fine, ``"0"`` and ``"2.5"`` not."""
+    if isinstance(text, bool):
+        raise UnitError(f"{what} {text!r} must be an integer >= 1")
+    if isinstance(text, int):
+        value = text
+    else:
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise UnitError(f"{what} {text!r} must be an integer >= 1") from None
+    if value < 1:
+        raise UnitError(f"{what} {text!r} must be an integer >= 1")
+    return value
+
+
+def format_time(seconds: float) -> str:
+    """A readable time with a unit: ``681.67 us``."""
+    for unit, scale in (("s", 1.0), ("ms", ms), ("us", us)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.6g} {unit}"
+    return f"{seconds / ns:.6g} ns"
+
+
+def format_size(nbytes: float) -> str:
+    """A readable decimal size with a unit: ``64 MB``."""
+    for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.6g} {unit}"
+    return f"{nbytes:.6g} B"
