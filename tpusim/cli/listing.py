@@ -6,12 +6,13 @@ import argparse
 
 from tpusim.cli.common import emit_json
 from tpusim.collectives.ops import Op
+from tpusim.gemm.algorithm import algorithms
 from tpusim.hardware import list_hardware
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
-    parser.add_argument("what", choices=["hardware", "collectives"])
+    parser.add_argument("what", choices=["hardware", "algorithms", "collectives"])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(handler=run)
 
@@ -19,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.what == "hardware":
         rows = [(p.name, p.kind, p.description) for p in list_hardware()]
+    elif args.what == "algorithms":
+        rows = [(a.name, "algorithm", a.summary) for a in algorithms().values()]
     else:
         rows = [(op.value, "collective", "") for op in Op]
     if args.json:

@@ -65,4 +65,7 @@ def breakdown(
     waiting = _union(comm_spans, end)
     compute = _measure(busy)
     exposed = _minus(waiting, busy)
-    return TimeBreakdown(end, compute, exposed, max(end - compute - exposed, 0.0))
+    idle = end - compute - exposed
+    if idle < 1e-12 * max(end, 1e-300):  # rounding residue of the subtraction, not real idle time
+        idle = 0.0
+    return TimeBreakdown(end, compute, exposed, idle)

@@ -78,7 +78,8 @@ def analytic_gemm(
 ) -> float | None:
     """The algorithm's twin, or None where the collectives have no closed form."""
     try:
-        return algorithm.analytic(GemmContext(problem, params, mapping.shape), CostModel(hardware, mapping, problem.dtype))
+        ctx = GemmContext(problem, params, mapping.shape)
+        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype))
     except NoClosedForm:
         return None
 
