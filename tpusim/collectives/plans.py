@@ -15,6 +15,7 @@ must travel both ways whole (formula 4); the ring variant does not apply there.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,22 +57,45 @@ class Plan:
 
 
 class _Builder:
+    """Accumulates messages as array blocks; routes are ids into a table of link tuples."""
+
     def __init__(self, emb: Embedding, ring: Ring) -> None:
         self.emb = emb
         self.n = len(emb.members)
         self.uni = ring is Ring.UNIDIRECTIONAL and emb.closed
-        self.messages: list[tuple[int, int, tuple[int, ...], float, int]] = []
+        self.routes: list[tuple[int, ...]] = []
+        self._route_ids: dict[tuple[int, ...], int] = {}
+        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.count = 0
+        n = self.n
+        links = len(emb.fwd_routes)
+        self.fwd_ids = np.array([self.route_id(emb.fwd_routes[r % links]) for r in range(n)], dtype=np.int64)
+        # bwd_ids[r]: links from rank r to rank r - 1
+        self.bwd_ids = np.array([self.route_id(emb.bwd_routes[(r - 1) % links]) if (emb.closed or r > 0) else -1
+                                 for r in range(n)], dtype=np.int64)
+
+    def route_id(self, route: tuple[int, ...]) -> int:
+        rid = self._route_ids.get(route)
+        if rid is None:
+            rid = self._route_ids[route] = len(self.routes)
+            self.routes.append(route)
+        return rid
+
+    def add_block(self, src: np.ndarray, dst: np.ndarray, route: np.ndarray, nbytes: np.ndarray | float,
+                  pred: np.ndarray) -> np.ndarray:
+        """Append messages; returns their indices."""
+        size = len(src)
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (size,)).copy()
+        self.blocks.append((src.astype(np.int64), dst.astype(np.int64), route.astype(np.int64), nb,
+                            pred.astype(np.int64)))
+        index = np.arange(self.count, self.count + size)
+        self.count += size
+        return index
 
     def add(self, src: int, dst: int, route: tuple[int, ...], nbytes: float, pred: int) -> int:
-        self.messages.append((src, dst, route, nbytes, pred))
-        return len(self.messages) - 1
-
-    def fwd(self, rank: int) -> tuple[int, ...]:
-        return self.emb.fwd_routes[rank % self.n]
-
-    def bwd(self, rank: int) -> tuple[int, ...]:
-        """Links from ``rank`` to ``rank - 1``."""
-        return self.emb.bwd_routes[(rank - 1) % self.n]
+        one = np.array([0])
+        index = self.add_block(one + src, one + dst, one + self.route_id(route), nbytes, one + pred)
+        return int(index[0])
 
     def path(self, src: int, dst: int, forward_only: bool) -> tuple[int, ...]:
         """Links from src to dst along the ring: the shorter way (ties forward), or forward only."""
@@ -85,48 +109,44 @@ class _Builder:
         links: list[int] = []
         if go_forward:
             for step in range(ahead if self.emb.closed else dst - src):
-                links.extend(self.fwd(src + step))
+                links.extend(self.routes[self.fwd_ids[(src + step) % n]])
         else:
             for step in range(behind if self.emb.closed else src - dst):
-                links.extend(self.bwd(src - step))
+                links.extend(self.routes[self.bwd_ids[(src - step) % n]])
         return tuple(links)
 
     def ring_steps(self, steps: int, sizes: list[float], forward: bool) -> None:
-        """Every rank forwards to its neighbour each step; step s carries sizes[s-1] bytes."""
+        """Every rank forwards to its neighbour each step; step s carries sizes[s] bytes."""
         n = self.n
-        previous: list[int] | None = None
+        ranks = np.arange(n)
+        dst = (ranks + 1) % n if forward else (ranks - 1) % n
+        routes = self.fwd_ids if forward else self.bwd_ids
+        feeder = (ranks - 1) % n if forward else (ranks + 1) % n  # who sent me what I forward
+        previous: np.ndarray | None = None
         for s in range(steps):
-            current = []
-            for p in range(n):
-                if forward:
-                    pred = -1 if previous is None else previous[(p - 1) % n]
-                    current.append(self.add(p, (p + 1) % n, self.fwd(p), sizes[s], pred))
-                else:
-                    pred = -1 if previous is None else previous[(p + 1) % n]
-                    current.append(self.add(p, (p - 1) % n, self.bwd(p), sizes[s], pred))
-            previous = current
+            pred = np.full(n, -1) if previous is None else previous[feeder]
+            previous = self.add_block(ranks, dst, routes, sizes[s], pred)
 
-    def line_relay(self, size_of, forward: bool) -> None:
+    def line_relay(self, size_of: Callable[[np.ndarray], np.ndarray], forward: bool) -> None:
         """Line steps: at step s, rank p forwards what p-1 (p+1) sent at step s-1; size_of(p) bytes."""
         n = self.n
-        previous: dict[int, int] = {}
+        by_rank = np.full(n, -1)
         for s in range(1, n):
-            current: dict[int, int] = {}
-            senders = range(s - 1, n - 1) if forward else range(n - s, 0, -1)
-            for p in senders:
-                before = p - 1 if forward else p + 1
-                pred = previous.get(before, -1) if s > 1 else -1
-                dst = p + 1 if forward else p - 1
-                route = self.fwd(p) if forward else self.bwd(p)
-                current[p] = self.add(p, dst, route, size_of(p), pred)
-            previous = current
+            senders = np.arange(s - 1, n - 1) if forward else np.arange(n - s, 0, -1)
+            feeder = senders - 1 if forward else senders + 1
+            pred = by_rank[np.clip(feeder, 0, n - 1)] if s > 1 else np.full(len(senders), -1)
+            dst = senders + 1 if forward else senders - 1
+            routes = self.fwd_ids[senders] if forward else self.bwd_ids[senders]
+            index = self.add_block(senders, dst, routes, size_of(senders), pred)
+            by_rank = np.full(n, -1)
+            by_rank[senders] = index
 
     def chain(self, ranks: list[int], nbytes: float) -> None:
         """One message passed along consecutive ranks (broadcast, reduce, line reduce-scatter)."""
         pred = -1
         for a, b in itertools.pairwise(ranks):
-            route = self.fwd(a) if b > a else self.bwd(a)
-            pred = self.add(a % self.n, b % self.n, route, nbytes, pred)
+            rid = self.fwd_ids[a % self.n] if b > a else self.bwd_ids[a % self.n]
+            pred = self.add(a % self.n, b % self.n, self.routes[rid], nbytes, pred)
 
 
 def build_plan(call: CollectiveCall, emb: Embedding) -> list[Plan]:
@@ -157,8 +177,8 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
             if not b.uni:
                 b.ring_steps(n - 1, [half] * (n - 1), False)
         elif op is Op.ALL_GATHER:
-            b.line_relay(lambda p: unit, True)
-            b.line_relay(lambda p: unit, False)
+            b.line_relay(lambda p: np.full(len(p), unit), True)
+            b.line_relay(lambda p: np.full(len(p), unit), False)
         else:
             for dest in range(n - 1, 0, -1):
                 b.chain(list(range(0, dest + 1)), unit)
@@ -202,24 +222,28 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
 
 
 def _finish(builder: _Builder, n: int, chunks: int) -> Plan:
-    msgs = builder.messages
-    m = len(msgs) * chunks
-    hops = np.array([len(r) for _, _, r, _, _ in msgs], dtype=np.int64)
-    width = int(hops.max()) if len(msgs) else 1
-    route = np.full((len(msgs), max(width, 1)), -1, dtype=np.int64)
-    for i, (_, _, r, _, _) in enumerate(msgs):
-        route[i, : len(r)] = r
-    src = np.array([s for s, *_ in msgs], dtype=np.int64)
-    dst = np.array([d for _, d, *_ in msgs], dtype=np.int64)
-    nbytes = np.array([x for *_, x, _ in msgs], dtype=np.float64) / chunks
-    pred = np.array([p for *_, p in msgs], dtype=np.int64)
+    if builder.blocks:
+        src, dst, rid, nbytes, pred = (np.concatenate(parts) for parts in zip(*builder.blocks, strict=True))
+    else:
+        src = dst = rid = pred = np.zeros(0, dtype=np.int64)
+        nbytes = np.zeros(0)
+    table_hops = np.array([len(r) for r in builder.routes] or [0], dtype=np.int64)
+    width = max(int(table_hops.max()), 1)
+    table = np.full((max(len(builder.routes), 1), width), -1, dtype=np.int64)
+    for i, r in enumerate(builder.routes):
+        table[i, : len(r)] = r
+    route = table[rid]
+    hops = table_hops[rid]
+    nbytes = nbytes / chunks
     if chunks > 1:
         # message i chunk j -> index i * chunks + j; chunk j depends on its predecessor's chunk j
-        rep = np.repeat(np.arange(len(msgs)), chunks)
-        j = np.tile(np.arange(chunks), len(msgs))
+        count = len(src)
+        rep = np.repeat(np.arange(count), chunks)
+        j = np.tile(np.arange(chunks), count)
         src, dst, nbytes, route, hops = src[rep], dst[rep], nbytes[rep], route[rep], hops[rep]
         base = pred[rep]
         pred = np.where(base >= 0, base * chunks + j, -1)
+    m = len(src)
     succ = np.full(m, -1, dtype=np.int64)
     has = pred >= 0
     succ[pred[has]] = np.flatnonzero(has)
