@@ -8,11 +8,12 @@ from tpusim.cli.common import emit_json
 from tpusim.collectives.ops import Op
 from tpusim.gemm.algorithm import algorithms
 from tpusim.hardware import list_hardware
+from tpusim.model.registry import list_models
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
-    parser.add_argument("what", choices=["hardware", "algorithms", "collectives"])
+    parser.add_argument("what", choices=["hardware", "models", "algorithms", "collectives"])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(handler=run)
 
@@ -20,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.what == "hardware":
         rows = [(p.name, p.kind, p.description) for p in list_hardware()]
+    elif args.what == "models":
+        rows = [(m.name, "model", m.description) for m in list_models()]
     elif args.what == "algorithms":
         rows = [(a.name, "algorithm", a.summary) for a in algorithms().values()]
     else:

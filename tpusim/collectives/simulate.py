@@ -68,8 +68,22 @@ class CollectiveResult:
         return asdict(self)
 
 
+def check_spec(spec: CollectiveSpec, n: int) -> None:
+    """Ranks named by the spec must exist on the axis."""
+    named = []
+    if spec.op in (Op.BROADCAST, Op.REDUCE, Op.SEND_RECV):
+        named.append(("--root", spec.root))
+    if spec.op is Op.SEND_RECV:
+        named.append(("--offset", spec.offset))
+    for flag, rank in named:
+        if not 0 <= rank < n:
+            raise InfeasibleError(f"{flag} {rank} is not a rank of axis {spec.axis}, which has {n} chips; "
+                                  f"valid: 0..{n - 1}")
+
+
 def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
     """The tensor each member passes: a 1-byte-element buffer of the right size."""
+    check_spec(spec, n)
     per_member = spec.nbytes
     if spec.op in (Op.ALL_GATHER, Op.ALL_TO_ALL):
         if spec.nbytes % n or (spec.op is Op.ALL_TO_ALL and spec.nbytes % (n * n)):

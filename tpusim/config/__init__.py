@@ -1,6 +1,7 @@
 """Pydantic models of every YAML file, and the strict loader that reports errors by file and key path."""
 
 from tpusim.config.hardware import Calibration, ChipSpec, HardwareProfile, IciSpec, OpCalibration
+from tpusim.config.model import TransformerModel
 from tpusim.config.loader import (
     Bytes,
     BytesPerSecond,
@@ -24,6 +25,7 @@ __all__ = [
     "IciSpec",
     "OpCalibration",
     "Seconds",
+    "TransformerModel",
     "deep_merge",
     "display_path",
     "load_yaml",

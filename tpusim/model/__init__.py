@@ -1,0 +1,1 @@
+"""The transformer workload: models, layers as ops, the training step, memory."""
