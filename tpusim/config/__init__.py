@@ -1,7 +1,6 @@
 """Pydantic models of every YAML file, and the strict loader that reports errors by file and key path."""
 
 from tpusim.config.hardware import Calibration, ChipSpec, HardwareProfile, IciSpec, OpCalibration
-from tpusim.config.model import TransformerModel
 from tpusim.config.loader import (
     Bytes,
     BytesPerSecond,
@@ -13,6 +12,7 @@ from tpusim.config.loader import (
     load_yaml,
     validate,
 )
+from tpusim.config.model import TransformerModel
 
 __all__ = [
     "Bytes",
