@@ -182,14 +182,15 @@ def _product(a: Tensor, b: Tensor, acc: Tensor | None) -> Tensor:
 
 
 def run_spmd(
-    sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple]
+    sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple],
+    *, only: Sequence[tuple[int, int]] | None = None,
 ) -> dict[tuple[int, int], Any]:
-    """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh; return each chip's value."""
+    """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh (or the ``only`` ones)."""
     rows, cols = sim.mapping.shape
     processes = {}
-    for i in range(rows):
-        for j in range(cols):
-            dev = Device(sim, runtime, (i, j))
-            processes[(i, j)] = sim.start(dev.chip_id, program(dev, *args_of(dev)))
+    indices = list(only) if only is not None else [(i, j) for i in range(rows) for j in range(cols)]
+    for i, j in indices:
+        dev = Device(sim, runtime, (i, j))
+        processes[(i, j)] = sim.start(dev.chip_id, program(dev, *args_of(dev)))
     sim.run()
     return {index: process.value for index, process in processes.items()}

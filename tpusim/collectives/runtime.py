@@ -48,8 +48,12 @@ class _Instance:
 class CollectiveRuntime:
     """The collectives of one simulation."""
 
-    def __init__(self, sim: Simulation, *, ring: Ring = Ring.BIDIRECTIONAL, chunks: int = 1) -> None:
+    def __init__(self, sim: Simulation, *, ring: Ring = Ring.BIDIRECTIONAL, chunks: int = 1,
+                 representative: bool = False) -> None:
         self.sim = sim
+        # symmetric fidelity: only a representative chip runs; its collectives stand for identical ones
+        # on every group, so each starts at once with every member presumed to have joined with it
+        self.representative = representative
         self.ring = ring
         self.chunks = chunks
         self._seq: dict[tuple[int, int], int] = {}
@@ -71,7 +75,9 @@ class CollectiveRuntime:
         self._seq[(chip, axis)] = seq + 1
         key = (axis, group, seq)
         instance = self._open.get(key)
-        if instance is None:
+        if self.representative:
+            instance = _Instance(call, group, size, {r: tensor for r in range(size)})
+        elif instance is None:
             instance = self._open[key] = _Instance(call, group, size)
         elif instance.call != call:
             raise SimulationError(
@@ -89,7 +95,9 @@ class CollectiveRuntime:
         instance.handles[rank] = handle
         instance.chips[rank] = chip
         sim.waiting[chip] = f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
-        if len(instance.inputs) == size:
+        if self.representative:
+            sim.env.process(self._run(instance))
+        elif len(instance.inputs) == size:
             del self._open[key]
             sim.env.process(self._run(instance))
         return handle
@@ -112,6 +120,8 @@ class CollectiveRuntime:
             self.in_flight[chip] = self.in_flight.get(chip, 0) + 1
 
         def finish(rank: int, when: float) -> None:
+            if rank not in instance.chips:  # a member only presumed, in symmetric fidelity
+                return
             chip = instance.chips[rank]
             record.end = max(record.end, when)
 

@@ -54,6 +54,7 @@ class GemmAlgorithm(ABC):
     summary: ClassVar[str]
     uses_slices: ClassVar[bool] = False
     variants: ClassVar[tuple[str, ...]] = ()
+    parallelism: ClassVar[str] = "2d"  # "2d", "1d-feature" (tp1d) or "1d-batch" (fsdp): how a step shards
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         """Raise InfeasibleError for a combination this algorithm cannot run."""
@@ -63,6 +64,15 @@ class GemmAlgorithm(ABC):
         if params.variant is not None and params.variant not in self.variants:
             valid = ", ".join(self.variants) if self.variants else "none (this algorithm has no variants)"
             raise InfeasibleError(f"unknown variant {params.variant!r} for algorithm {self.name!r}; valid: {valid}")
+
+    def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
+        """Whether every chip runs an identically timed schedule (so one representative chip suffices).
+
+        Algorithms whose schedule depends on the chip's position (rotating roots on a physical network,
+        per-row skews) override this.
+        """
+        del params, calibrated
+        return True
 
     def sharding(self, problem: GemmProblem, mesh: tuple[int, int]) -> Sharding:
         """Where X, W and Y live; 2D algorithms use the layout's placement."""

@@ -17,12 +17,15 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
+from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
+from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import assemble, block_shape, take_block
 from tpusim.topology import MeshMapping
@@ -94,11 +97,17 @@ def simulate_gemm(
     verify: bool = False,
     seed: int = 0,
     tracer: Tracer | None = None,
+    fidelity: Fidelity = Fidelity.FULL,
 ) -> GemmResult:
     """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring."""
     algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
     check_gemm(algorithm, problem, mesh, params)
+    obstacle = symmetric_obstacle(algorithm, params, hardware, mapping, payload=verify)
+    fidelity, why = resolve_fidelity(fidelity, obstacle)
+    if fidelity is Fidelity.ANALYTIC:
+        return _analytic_result(algorithm, problem, params, hardware, mapping)
+    symmetric = fidelity is Fidelity.SYMMETRIC
     ctx = GemmContext(problem, params, mesh)
     sharding = algorithm.sharding(problem, mesh)
     x_global = w_global = None
@@ -115,16 +124,17 @@ def simulate_gemm(
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
     sim = Simulation(hardware, mapping, tracer=tracer)
-    runtime = CollectiveRuntime(sim)
-    outputs = run_spmd(sim, runtime, algorithm.program, blocks)
+    runtime = CollectiveRuntime(sim, representative=symmetric)
+    outputs = run_spmd(sim, runtime, algorithm.program, blocks, only=[(0, 0)] if symmetric else None)
     elapsed = sim.now
-    notes: list[str] = []
+    notes: list[str] = [why] if why else []
     error = None
     if verify:
         dense = problem.dense(x_global, w_global)
         got = assemble({i: t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
-    finish = {c.id: max([e for _, e in c.spans], default=0.0) for c in sim.chips}
+    finish = {c.id: max([e for _, e in c.spans], default=0.0) for c in sim.chips if c.spans}
+    finish.setdefault(mapping.chip(0, 0), 0.0)
     for chip, spans in runtime.comm_spans.items():
         finish[chip] = max(finish[chip], max(e for _, e in spans))
     critical = max(finish, key=lambda c: (finish[c], -c))
@@ -132,16 +142,38 @@ def simulate_gemm(
     twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
-    links = sim.links
+    links = None if symmetric else sim.links
+    if symmetric and sim.links is not None:
+        notes.append("symmetric fidelity: one representative chip; per-link totals are not reported")
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
-        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity="full",
+        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity=str(fidelity),
         time_s=elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
         idle_s=parts.idle, flops_per_chip=sim.chips[critical].flops,
         bytes_sent=None if links is None else float(links.bytes.sum()),
         max_link_bytes=None if links is None else float(links.bytes.max(initial=0.0)),
         max_link_utilisation=None if links is None else float(links.utilisation(elapsed).max(initial=0.0)),
-        transfers=0 if links is None else links.transfers, events=sim.events,
+        transfers=0 if sim.links is None else sim.links.transfers, events=sim.events,
         mapping=mapping.describe(), max_abs_error=error, notes=notes,
+    )
+
+
+def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams,
+                     hardware: HardwareProfile, mapping: MeshMapping) -> GemmResult:
+    """The twin alone, shaped as a result (no simulation: breakdown fields hold what the form gives)."""
+    twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
+    if twin is None:
+        raise InfeasibleError("fidelity analytic: no closed form covers this mapping; use auto or full")
+    compute = GemmContext(problem, params, mapping.shape)
+    del compute
+    mesh = mapping.shape
+    return GemmResult(
+        algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
+        m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
+        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity="analytic",
+        time_s=twin, analytic_time_s=twin, compute_s=float("nan"), exposed_comm_s=float("nan"),
+        idle_s=float("nan"), flops_per_chip=problem.flops / (mesh[0] * mesh[1]), bytes_sent=None,
+        max_link_bytes=None, max_link_utilisation=None, transfers=0, events=0, mapping=mapping.describe(),
+        notes=["fidelity analytic: the closed form only; no breakdown"],
     )

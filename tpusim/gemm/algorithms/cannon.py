@@ -1,0 +1,189 @@
+"""Cannon's algorithm on a square mesh (reference §3.3): skewed blocks circulating one hop per step.
+
+Notation: n = R = C; a chip's ranks on role axes 0 and 1 are (r0, r1). Every dataflow is read from the
+role table: the gathered operands are the *moving* ones (each circulates along its role axis), and for LS
+and RS the partial output circulates along the reduce axis, so the stationary operand never moves.
+
+``textbook`` (default). A moving operand on role axis a is skewed by -r_(1-a) (rank r receives from
+r + r_(1-a)), so at step s every chip holds contraction block c = r0 + r1 + s of it; after each GeMM it
+shifts one hop toward lower rank. OS accumulates into the stationary output. In LS and RS the partial
+output block with index c also shifts one hop toward lower rank along the reduce axis B after each GeMM,
+and the moving operand's index stays paired with it. A partial output needs no skew (it starts as zeros)
+but it finishes one hop past r_A - 1 ranks short of home (A = the moving operand's axis), and no uniform
+one-hop circulation can both pair it with the moving blocks and end at home, so the last shift carries it
+home directly: offset r_A - 1 on B (at most floor(n/2) hops). Shifts of step s+1 are issued when GeMM s
+starts (the GeMM reads the blocks being sent; tensors are immutable, so this is double buffering); an
+arriving partial output is added to the next GeMM's product when it lands, the MXU does not wait for it.
+
+``bidirectional-halves`` (the authors' executable version). The skew is replaced by an all-gather of each
+moving operand along its axis and a local pick of block (r0 + r1) mod n. The blocks are halved along the
+dataflow's sliced dimension; half 0 walks toward lower rank (index c0 + s) and half 1 toward higher rank
+(index c0 - s), so both directions of every link carry data. OS moves the X and W halves (the contraction
+halves pair up) for n-1 steps. LS and RS move only the two half partial outputs; each chip reads the moving
+operand's half-blocks from its gathered copy, and a final all-gather along B plus a local pick returns
+every half to its home.
+"""
+
+from __future__ import annotations
+
+from tpusim.collectives.device import Device
+from tpusim.engine.tensor import Tensor, concat
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.costs import CostModel
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.local import local_product, product_dims
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.sharding import block_shape
+
+TEXTBOOK = "textbook"
+HALVES = "bidirectional-halves"
+_SQUARES = "valid on 16, 64, 256, 1024 chips as 4x4, 8x8, 16x16, 32x32"
+
+
+def variant_of(params: GemmParams) -> str:
+    return params.variant or TEXTBOOK
+
+
+@register
+class Cannon(GemmAlgorithm):
+    name = "cannon"
+    summary = "Cannon: skewed blocks (and LS/RS partial outputs) shifted one hop per step; square meshes"
+    variants = (TEXTBOOK, HALVES)
+
+    def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
+        super().check(problem, mesh, params)
+        rows, cols = mesh
+        if rows != cols:
+            raise InfeasibleError(
+                f"algorithm 'cannon' needs a square mesh; got {rows}x{cols} (R != C); {_SQUARES}"
+            )
+        sliced = problem.roles.sliced
+        size = problem.dim(sliced)
+        if variant_of(params) == HALVES and size % (2 * rows):
+            raise InfeasibleError(
+                f"cannon variant {HALVES!r} halves the {sliced} blocks: {sliced} = {size} must be divisible by "
+                f"2 x {rows} = {2 * rows}"
+            )
+
+    def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
+        if variant_of(ctx.params) == HALVES:
+            return self._halves(dev, ctx, x, w)
+        return self._textbook(dev, ctx, x, w)
+
+    def _textbook(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
+        roles, dataflow = ctx.roles, ctx.problem.dataflow
+        n = ctx.size(0)
+        ranks = (dev.rank(ctx.axis(0)), dev.rank(ctx.axis(1)))
+        moves = roles.gathers
+        held = {"x": x, "w": w}
+        skews = [dev.shift(held[mv.operand], ctx.axis(mv.axis), -ranks[1 - mv.axis] % n) for mv in moves]
+        current = dict(zip((mv.operand for mv in moves), (yield dev.wait(*skews)), strict=True))
+        acc = None  # OS: the stationary output; LS/RS: the circulating partial output (possibly in flight)
+        for s in range(n):
+            operands = {**held, **current}
+            gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, name=f"gemm[{s}]")
+            last = s + 1 == n
+            rolls = [] if last else [dev.shift(current[mv.operand], ctx.axis(mv.axis), -1) for mv in moves]
+            product = yield gemm
+            if roles.reduce is None:
+                acc = product
+            else:
+                home = (ranks[moves[0].axis] - 1) % n  # the last shift brings the output block home
+                acc = dev.shift(product, ctx.axis(roles.reduce.axis), home if last else -1)
+            if rolls:
+                current = dict(zip(current, (yield dev.wait(*rolls)), strict=True))
+        if roles.reduce is not None:
+            (acc,) = yield dev.wait(acc)
+        return acc
+
+    def _halves(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
+        roles, dataflow = ctx.roles, ctx.problem.dataflow
+        n = ctx.size(0)
+        ranks = (dev.rank(ctx.axis(0)), dev.rank(ctx.axis(1)))
+        start = (ranks[0] + ranks[1]) % n
+        moves = roles.gathers
+        held = {"x": x, "w": w}
+        gathers = [dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim) for mv in moves]
+        panels = {mv.operand: p.split(mv.dim, n) for mv, p in zip(moves, (yield dev.wait(*gathers)), strict=True)}
+        directions = (-1, 1)  # half 0 walks toward lower rank, half 1 toward higher rank
+        if roles.reduce is None:
+            halves = {mv.operand: panels[mv.operand][start].split(mv.dim, 2) for mv in moves}
+            acc = None
+            for s in range(n):
+                operands = {**held, **{mv.operand: concat(halves[mv.operand], mv.dim) for mv in moves}}
+                gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, name=f"gemm[{s}]")
+                rolls = [] if s + 1 == n else [
+                    dev.shift(halves[mv.operand][h], ctx.axis(mv.axis), d)
+                    for mv in moves for h, d in enumerate(directions)
+                ]
+                acc = yield gemm
+                if rolls:
+                    arrived = yield dev.wait(*rolls)
+                    halves = {mv.operand: arrived[2 * i:2 * i + 2] for i, mv in enumerate(moves)}
+            return acc
+        (mv,) = moves
+        out = roles.reduce
+        accs: list = [None, None]
+        for s in range(n):
+            gemms = []
+            for h, d in enumerate(directions):
+                piece = panels[mv.operand][(start - d * s) % n].split(mv.dim, 2)[h]
+                operands = {**held, mv.operand: piece}
+                gemms.append(local_product(dev, dataflow, operands["x"], operands["w"], accs[h],
+                                           name=f"gemm[{s}.{h}]"))
+            for h, d in enumerate(directions):
+                product = yield gemms[h]
+                accs[h] = product if s + 1 == n else dev.shift(product, ctx.axis(out.axis), d)
+        gathered = yield dev.all_gather(concat(accs, out.dim), ctx.axis(out.axis), out.dim)
+        blocks = gathered.split(out.dim, n)
+        home, p = ranks[out.axis], ranks[mv.axis]
+        # half h of this chip's block finished on the chip r_B = home - p - d (see the module docstring)
+        return concat([blocks[(home - p - d) % n].split(out.dim, 2)[h] for h, d in enumerate(directions)],
+                      out.dim)
+
+    def terms(self, ctx: GemmContext, costs: CostModel) -> dict[str, float]:
+        """Per-operation times: ``g`` (one step's GeMM), ``roll`` (slowest one-step shift), ``skew`` (slowest
+        skew: the farthest group, floor(n/2) hops), ``unskew`` (LS/RS: the partial output's last shift
+        home), ``gather`` (slowest all-gather of a moving operand), ``half_roll`` (slowest half-block shift),
+        ``out_gather`` (LS/RS: the final all-gather of the output block)."""
+        problem, roles = ctx.problem, ctx.roles
+        n = ctx.size(0)
+        sharding = self.sharding(problem, ctx.mesh)
+        blocks = {
+            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
+            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
+        }
+        m, nn, k = product_dims(problem.dataflow, blocks["x"], blocks["w"])
+        size = {op: shape[0] * shape[1] for op, shape in blocks.items()}
+        moving = [(ctx.axis(mv.axis), size[mv.operand]) for mv in roles.gathers]
+        out = [(ctx.axis(roles.reduce.axis), m * nn)] if roles.reduce is not None else []
+        g_halves = costs.gemm(m, nn, k)
+        if roles.reduce is not None:  # two GeMMs, one per half of the sliced dimension
+            dims = {"m": m, "n": nn, "k": k}
+            dims[roles.sliced] //= 2
+            g_halves = 2 * costs.gemm(dims["m"], dims["n"], dims["k"])
+        return {
+            "g": costs.gemm(m, nn, k),
+            "roll": max(costs.shift(axis, e, 1) for axis, e in moving + out),
+            "skew": max(costs.shift(axis, e, n // 2) for axis, e in moving),
+            "unskew": max([costs.shift(axis, e, n // 2) for axis, e in out], default=0.0),
+            "gather": max(costs.all_gather(axis, e) for axis, e in moving),
+            "half_roll": max(costs.shift(axis, e / 2, 1) for axis, e in (out or moving)),
+            "out_gather": max([costs.all_gather(axis, e) for axis, e in out], default=0.0),
+            "g_halves": g_halves,
+        }
+
+    def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
+        """textbook: max(skews) + g + (n-1) max(roll, g) (+ unskew for LS/RS);
+        bidirectional-halves: max(gathers) + g + (n-1) max(half_roll, g) (+ the output all-gather for LS/RS).
+
+        The reference charges max(skew) + n max(roll, g): n rolls, the last of which no GeMM needs (OS); it
+        equals this form whenever g >= roll. For LS/RS it skews the output instead of bringing it home.
+        """
+        t = self.terms(ctx, costs)
+        n = ctx.size(0)
+        if variant_of(ctx.params) == HALVES:
+            g = t["g_halves"]
+            return t["gather"] + g + (n - 1) * max(t["half_roll"], g) + t["out_gather"]
+        return t["skew"] + t["g"] + (n - 1) * max(t["roll"], t["g"]) + t["unskew"]

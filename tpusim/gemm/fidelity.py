@@ -1,0 +1,35 @@
+"""Choosing the fidelity of a GeMM or step run: where ``symmetric`` is exact, and ``auto``'s choice."""
+
+from __future__ import annotations
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.fidelity import Fidelity, network_asymmetry
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import GemmAlgorithm
+from tpusim.gemm.params import GemmParams
+from tpusim.topology import MeshMapping
+
+
+def symmetric_obstacle(algorithm: GemmAlgorithm, params: GemmParams, hardware: HardwareProfile,
+                       mapping: MeshMapping, *, overrides: bool = False, payload: bool = False) -> str | None:
+    """Why ``symmetric`` would not be exact here, or None."""
+    if payload:
+        return "numpy payloads need every chip's data (full fidelity)"
+    reason = network_asymmetry(hardware, mapping, overrides=overrides)
+    if reason is not None:
+        return reason
+    if not algorithm.symmetric_safe(params, hardware.kind == "calibrated"):
+        return f"algorithm {algorithm.name!r} schedules chips differently by position"
+    return None
+
+
+def resolve_fidelity(requested: Fidelity, obstacle: str | None) -> tuple[Fidelity, str | None]:
+    """The fidelity to run and a note saying why, given what stands in symmetric's way."""
+    if requested is Fidelity.AUTO:
+        if obstacle is None:
+            return Fidelity.SYMMETRIC, None
+        return Fidelity.FULL, f"fidelity auto chose full: {obstacle}"
+    if requested is Fidelity.SYMMETRIC and obstacle is not None:
+        raise InfeasibleError(f"--fidelity symmetric is not exact here: {obstacle}",
+                              "use --fidelity auto or full")
+    return requested, None

@@ -1,0 +1,196 @@
+"""A transformer block as a sequence of ops per chip, forward and backward (reference §6.2).
+
+Four FF layers (QKV h->3h, out-projection h->h, FF1 h->ffn, FF2 ffn->h) become distributed GeMMs: each
+layer's dataflow gives its forward, backward-data and backward-weight GeMMs (reference §2.2 triplets);
+a transposed layer runs the same triplet with the two mesh axes swapped. Attention is local to a chip
+(B/R whole sequences, H/C whole heads). LayerNorm, residual adds and GeLU are HBM-bound; each LayerNorm
+also all-reduces its row statistics over the feature axis. Everything here is per chip and shape-only;
+the step module times it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tpusim.config import TransformerModel
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.units import dtype_bytes
+
+FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
+
+
+class Pass(StrEnum):
+    FORWARD = "fwd"
+    BACKWARD_DATA = "bwd_data"
+    BACKWARD_WEIGHT = "bwd_weight"
+
+
+@dataclass(frozen=True)
+class FFLayer:
+    """One feed-forward layer: B tokens, I inputs, O outputs, its dataflow and transposition."""
+
+    name: str
+    tokens: int
+    inputs: int
+    outputs: int
+    dataflow: Dataflow
+    transpose: bool = False
+
+    def gemm(self, which: Pass, dtype: str) -> GemmProblem:
+        """The (M, N, K) GeMM of one pass (reference §2.2)."""
+        b, i, o = self.tokens, self.inputs, self.outputs
+        triplets = {
+            Dataflow.OS: ((Dataflow.OS, b, o, i), (Dataflow.LS, b, i, o), (Dataflow.RS, i, o, b)),
+            Dataflow.LS: ((Dataflow.LS, b, o, i), (Dataflow.OS, b, i, o), (Dataflow.RS, o, i, b)),
+            Dataflow.RS: ((Dataflow.RS, b, o, i), (Dataflow.LS, i, b, o), (Dataflow.OS, i, o, b)),
+        }
+        index = list(Pass).index(which)
+        dataflow, m, n, k = triplets[self.dataflow][index]
+        return GemmProblem(m, n, k, dataflow, self.transpose, dtype)
+
+
+def heuristic_dataflow(tokens: int, inputs: int, outputs: int) -> Dataflow:
+    """Keep the largest matrix stationary (reference §7.1)."""
+    if outputs > inputs and tokens >= inputs:
+        return Dataflow.OS
+    if inputs >= outputs and tokens >= outputs:
+        return Dataflow.LS
+    return Dataflow.RS
+
+
+def ff_layers(model: TransformerModel, tokens: int, dataflows: tuple[Dataflow, ...] | None = None,
+              transposes: tuple[bool, ...] | None = None) -> tuple[FFLayer, ...]:
+    """The four FF layers of a block, with the heuristic's dataflows unless given."""
+    h, f = model.hidden, model.ffn
+    shapes = {"qkv": (h, 3 * h), "out_proj": (h, h), "ff1": (h, f), "ff2": (f, h)}
+    layers = []
+    for index, name in enumerate(FF_LAYERS):
+        i, o = shapes[name]
+        dataflow = dataflows[index] if dataflows else heuristic_dataflow(tokens, i, o)
+        transpose = transposes[index] if transposes else False
+        layers.append(FFLayer(name, tokens, i, o, dataflow, transpose))
+    return tuple(layers)
+
+
+@dataclass(frozen=True)
+class GemmOp:
+    layer: str
+    which: Pass
+    problem: GemmProblem
+
+    @property
+    def name(self) -> str:
+        return f"{self.layer}.{self.which}"
+
+
+@dataclass(frozen=True)
+class LocalOp:
+    """Work local to a chip: ``flops`` on the MXU or ``hbm_bytes`` of traffic, whichever takes longer."""
+
+    name: str
+    flops: float
+    hbm_bytes: float
+
+
+@dataclass(frozen=True)
+class NormStatsOp:
+    """LayerNorm's psum of row means and mean-squares over the feature axis (two small all-reduces)."""
+
+    name: str
+    elements: int  # per all-reduce, per chip
+    dtype: str
+    axis: int  # the logical axis that splits the features here
+
+
+Op = GemmOp | LocalOp | NormStatsOp
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """Per-chip sizes of the non-FF work."""
+
+    tokens_per_chip: float  # tokens x hidden elements are split over all chips: tokens / R rows, hidden / C cols
+    hidden_per_chip: float
+    ffn_per_chip: float
+    sequences_per_chip: float
+    heads_per_chip: float
+    rows_per_chip: float  # tokens per chip row (B S / R), the LayerNorm statistics count
+
+
+def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: BlockShape, dtype: str,
+              stats_dtype: str, recompute: str) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward ops, backward ops) of one block on one chip."""
+    b = dtype_bytes(dtype)
+    act = shape.tokens_per_chip * shape.hidden_per_chip  # one [tokens, hidden] activation, per chip
+    wide = shape.tokens_per_chip * shape.ffn_per_chip
+    s = model.sequence
+    scores = shape.sequences_per_chip * shape.heads_per_chip * s * s
+    # QK^T and AV: 2 GeMMs of 2 * S * S * head_dim FLOP per head and sequence; no causal discount (§6.2)
+    attn_flops = 4.0 * shape.sequences_per_chip * shape.heads_per_chip * model.head_dim * s * s
+    attn_bytes = b * (2 * scores + 4 * act)  # softmax reads and writes the scores; q, k, v in, out back
+    qkv, out_proj, ff1, ff2 = layers
+    stats = int(shape.rows_per_chip)
+
+    def feature_axis(layer: FFLayer) -> int:
+        return 0 if layer.transpose else 1
+
+    def norm(tag: str, consumer: FFLayer) -> list[Op]:
+        return [LocalOp(f"{tag}.norm", 0.0, 2 * b * act),
+                NormStatsOp(f"{tag}.psum", stats, stats_dtype, feature_axis(consumer))]
+
+    def gemm(layer: FFLayer, which: Pass) -> GemmOp:
+        return GemmOp(layer.name, which, layer.gemm(which, dtype))
+
+    forward: list[Op] = [
+        *norm("ln1", qkv),
+        gemm(qkv, Pass.FORWARD),
+        LocalOp("attention", attn_flops, attn_bytes),
+        gemm(out_proj, Pass.FORWARD),
+        LocalOp("residual1", 0.0, 3 * b * act),
+        *norm("ln2", ff1),
+        gemm(ff1, Pass.FORWARD),
+        LocalOp("gelu", 0.0, 2 * b * wide),
+        gemm(ff2, Pass.FORWARD),
+        LocalOp("residual2", 0.0, 3 * b * act),
+    ]
+    backward: list[Op] = []
+    if recompute == "full":
+        backward.extend(_renamed(forward, "recompute."))
+    backward += [
+        LocalOp("residual2.bwd", 0.0, 2 * b * act),
+        gemm(ff2, Pass.BACKWARD_DATA), gemm(ff2, Pass.BACKWARD_WEIGHT),
+        LocalOp("gelu.bwd", 0.0, 3 * b * wide),
+        gemm(ff1, Pass.BACKWARD_DATA), gemm(ff1, Pass.BACKWARD_WEIGHT),
+        LocalOp("ln2.norm.bwd", 0.0, 4 * b * act), NormStatsOp("ln2.psum.bwd", stats, stats_dtype, feature_axis(ff1)),
+        LocalOp("residual1.bwd", 0.0, 2 * b * act),
+        gemm(out_proj, Pass.BACKWARD_DATA), gemm(out_proj, Pass.BACKWARD_WEIGHT),
+    ]
+    if recompute == "selective":
+        backward.append(LocalOp("recompute.attention", attn_flops, attn_bytes))
+    backward += [
+        LocalOp("attention.bwd", 2 * attn_flops, 2 * attn_bytes),
+        gemm(qkv, Pass.BACKWARD_DATA), gemm(qkv, Pass.BACKWARD_WEIGHT),
+        LocalOp("ln1.norm.bwd", 0.0, 4 * b * act), NormStatsOp("ln1.psum.bwd", stats, stats_dtype, feature_axis(qkv)),
+    ]
+    return tuple(forward), tuple(backward)
+
+
+def _renamed(ops: list[Op], prefix: str) -> list[Op]:
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, GemmOp):
+            out.append(GemmOp(prefix + op.layer, op.which, op.problem))
+        elif isinstance(op, LocalOp):
+            out.append(LocalOp(prefix + op.name, op.flops, op.hbm_bytes))
+        else:
+            out.append(NormStatsOp(prefix + op.name, op.elements, op.dtype, op.axis))
+    return out
+
+
+def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) -> float:
+    """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU)."""
+    h, f, s = model.hidden, model.ffn, model.sequence
+    gemm = 3 * 2.0 * tokens * (3 * h * h + h * h + 2 * h * f)
+    attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
+    return gemm + 3 * attention_fwd

@@ -1,0 +1,327 @@
+"""One training step: every chip runs forward then backward over the layers; times are extrapolated.
+
+The step program runs the block's ops (``layer.block_ops``) in order on every chip: distributed GeMMs by
+the chosen algorithm's own chip program, local work on the MXU or HBM, LayerNorm statistics as small
+all-reduces. Identical layers are simulated once: a window of ``w`` and ``w + 1`` layers is simulated and
+the step is T(L) = T(w) + (L - w) (T(w + 1) - T(w)), exact once the schedule repeats from layer to layer
+(a test checks it against simulating every layer). Breakdowns come from the critical chip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import simpy
+
+from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.accounting import breakdown
+from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.simulation import LinkOverride, Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
+from tpusim.gemm.dataflow import Dataflow
+from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
+from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.simulate import check_gemm
+from tpusim.model.feasibility import split_for
+from tpusim.model.layer import (
+    FF_LAYERS,
+    BlockShape,
+    GemmOp,
+    LocalOp,
+    NormStatsOp,
+    Op,
+    block_ops,
+    ff_layers,
+    model_flops_per_block,
+)
+from tpusim.model.memory import Recompute, estimate_memory
+from tpusim.topology import MeshMapping
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """Everything that determines a step's timing besides the hardware and the mapping."""
+
+    model: TransformerModel
+    algorithm: str
+    batch: int
+    slices: tuple[int | None, ...] | None = None  # one per FF layer (qkv, out_proj, ff1, ff2)
+    dataflows: tuple[Dataflow, ...] | None = None
+    transposes: tuple[bool, ...] | None = None
+    prefetch: Prefetch = Prefetch.IDEAL
+    variant: str | None = None
+    recompute: Recompute = Recompute.NONE
+    bytes_per_param: float = 16.0
+    dtype: str = "bf16"
+    stats_dtype: str = "fp32"
+    allow_infeasible: bool = False
+    extrapolate: bool = True
+    window: int = 2
+    fidelity: Fidelity = Fidelity.AUTO
+
+
+@dataclass
+class OpTiming:
+    """One op of one steady-state layer on the critical chip."""
+
+    op: str
+    time_s: float
+    compute_s: float
+    exposed_comm_s: float
+    idle_s: float
+
+
+@dataclass
+class StepResult:
+    """One simulated training step (field meanings: DESIGN §5 glossary)."""
+
+    model: str
+    algorithm: str
+    hardware: str
+    mesh: str
+    chips: int
+    batch: int
+    layers: int
+    dataflows: list[str]
+    transposes: list[bool]
+    slices: list[int | None]
+    prefetch: str
+    recompute: str
+    fidelity: str
+    step_time_s: float
+    mfu: float
+    compute_s: float
+    exposed_comm_s: float
+    idle_s: float
+    per_layer: list[dict[str, Any]]
+    memory_bytes_per_chip: float
+    memory_capacity_bytes: float
+    memory_feasible: bool
+    memory_shortfall_bytes: float
+    feasible: bool
+    violations: list[str]
+    bytes_sent_per_layer: float | None
+    max_link_utilisation: float | None
+    simulated_layers: list[int]
+    mapping: dict[str, Any]
+    switches: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _PreparedGemm:
+    algorithm: GemmAlgorithm
+    ctx: GemmContext
+    x: Tensor
+    w: Tensor
+
+
+@dataclass
+class _Window:
+    """What one simulated window of layers produced."""
+
+    time: float
+    compute: float
+    exposed: float
+    idle: float
+    timeline: list[tuple[str, int, float, float]]
+    mxu: list[tuple[float, float]]
+    comm: list[tuple[float, float]]
+    bytes_sent: float | None
+    busiest: float | None
+
+
+def plan_ops(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tuple[Op, ...],
+                                                                  list[int | None], list[str]]:
+    """The block's ops for this mesh, with feasibility resolved (or recorded, with allow_infeasible)."""
+    algorithm = get_algorithm(spec.algorithm)
+    split = split_for(spec.model, mesh, spec.batch, algorithm.parallelism, spec.allow_infeasible)
+    tokens = spec.batch * spec.model.sequence
+    layers = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)
+    shape = BlockShape(
+        tokens_per_chip=tokens / split.token_parts,
+        hidden_per_chip=spec.model.hidden / split.feature_parts,
+        ffn_per_chip=spec.model.ffn / split.feature_parts,
+        sequences_per_chip=split.sequences_per_chip,
+        heads_per_chip=split.heads_per_chip,
+        rows_per_chip=tokens / split.token_parts,
+    )
+    forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute)
+    slices = list(spec.slices) if spec.slices else [None] * len(FF_LAYERS)
+    violations = list(split.violations)
+    return forward, backward, slices, violations
+
+
+def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], slices: list[int | None],
+             violations: list[str]) -> dict[str, _PreparedGemm]:
+    algorithm = get_algorithm(spec.algorithm)
+    prepared: dict[str, _PreparedGemm] = {}
+    for op in ops:
+        if not isinstance(op, GemmOp) or op.name in prepared:
+            continue
+        layer = op.layer.removeprefix("recompute.")
+        k = slices[FF_LAYERS.index(layer)]
+        params = GemmParams(spec.prefetch, k, variant=spec.variant)
+        try:
+            check_gemm(algorithm, op.problem, mesh, params)
+        except InfeasibleError as error:
+            if not spec.allow_infeasible or k is None:
+                raise
+            fallback = _nearest_feasible_slices(algorithm, op.problem, mesh, params)
+            if fallback is None:
+                raise
+            violations.append(f"{op.name}: {error.message}; timed with slices {fallback}")
+            params = replace(params, slices=fallback)
+        ctx = GemmContext(op.problem, params, mesh)
+        sharding = algorithm.sharding(op.problem, mesh)
+        x = Tensor(block_shape(op.problem.x_shape, sharding.x, mesh, "X"), spec.dtype)
+        w = Tensor(block_shape(op.problem.w_shape, sharding.w, mesh, "W"), spec.dtype)
+        prepared[op.name] = _PreparedGemm(algorithm, ctx, x, w)
+    return prepared
+
+
+def _nearest_feasible_slices(algorithm: GemmAlgorithm, problem: Any, mesh: tuple[int, int],
+                             params: GemmParams) -> int | None:
+    assert params.slices is not None
+    for k in range(params.slices - 1, 0, -1):
+        try:
+            check_gemm(algorithm, problem, mesh, replace(params, slices=k))
+            return k
+        except InfeasibleError:
+            continue
+    return None
+
+
+def _step_program(dev: Device, forward: tuple[Op, ...], backward: tuple[Op, ...], layers: int,
+                  prepared: dict[str, _PreparedGemm], timeline: list[tuple[str, int, float, float]],
+                  record: bool) -> Generator[simpy.Event, Any, None]:
+    sequence = [(op, layer) for layer in range(layers) for op in forward]
+    sequence += [(op, layer) for layer in reversed(range(layers)) for op in backward]
+    for op, layer in sequence:
+        start = dev.env.now
+        if isinstance(op, GemmOp):
+            job = prepared[op.name]
+            yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
+        elif isinstance(op, LocalOp):
+            yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
+        elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
+            # row means and mean-squares travel together in one all-reduce, as XLA fuses them
+            yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+        if record:
+            timeline.append((op.name, layer, start, dev.env.now))
+
+
+def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, layers: int,
+                     forward: tuple[Op, ...], backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm],
+                     chip_slowdown: dict[int, float] | None,
+                     link_overrides: dict[int, LinkOverride] | None, symmetric: bool) -> _Window:
+    sim = Simulation(hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
+    runtime = CollectiveRuntime(sim, representative=symmetric)
+    timelines: dict[int, list[tuple[str, int, float, float]]] = {}
+
+    def args(dev: Device) -> tuple:
+        timelines[dev.chip_id] = []
+        return (forward, backward, layers, prepared, timelines[dev.chip_id], True)
+
+    run_spmd(sim, runtime, _step_program, args, only=[(0, 0)] if symmetric else None)
+    ends = {chip: (tl[-1][3] if tl else 0.0) for chip, tl in timelines.items()}
+    critical = max(ends, key=lambda c: (ends[c], -c))
+    elapsed = sim.now
+    mxu = sim.chips[critical].spans
+    comm = runtime.comm_spans.get(critical, [])
+    parts = breakdown(mxu, comm, elapsed)
+    links = None if symmetric else sim.links
+    return _Window(elapsed, parts.compute, parts.exposed, parts.idle, timelines[critical], mxu, comm,
+                   None if links is None else float(links.bytes.sum()),
+                   None if links is None else float(links.utilisation(elapsed).max(initial=0.0)))
+
+
+def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, *,
+                  chip_slowdown: dict[int, float] | None = None,
+                  link_overrides: dict[int, LinkOverride] | None = None) -> StepResult:
+    """Simulate (a window of) the step and extrapolate to all layers."""
+    mesh = mapping.shape
+    chips = mesh[0] * mesh[1]
+    forward, backward, slices, violations = plan_ops(spec, mesh)
+    prepared = _prepare(spec, mesh, forward + backward, slices, violations)
+    algorithm = get_algorithm(spec.algorithm)
+    params = next(iter(prepared.values())).ctx.params
+    obstacle = symmetric_obstacle(algorithm, params, hardware, mapping,
+                                  overrides=bool(chip_slowdown or link_overrides))
+    fidelity, why = resolve_fidelity(spec.fidelity, obstacle)
+    if fidelity is Fidelity.ANALYTIC:
+        raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
+    notes: list[str] = [why] if why else []
+    total_layers = spec.model.layers
+    if spec.extrapolate and total_layers > spec.window + 1:
+        sizes = [spec.window, spec.window + 1]
+    else:
+        sizes = [total_layers]
+    windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
+                                link_overrides, fidelity is Fidelity.SYMMETRIC) for n in sizes]
+
+    def extrapolate(values: list[float]) -> float:
+        if len(values) == 1:
+            return values[0]
+        return values[0] + (total_layers - sizes[0]) * (values[1] - values[0])
+
+    step_time = extrapolate([w.time for w in windows])
+    compute = extrapolate([w.compute for w in windows])
+    exposed = extrapolate([w.exposed for w in windows])
+    idle = extrapolate([w.idle for w in windows])
+    if len(sizes) == 2:
+        notes.append(f"simulated {sizes[0]} and {sizes[1]} layers and extrapolated to {total_layers}")
+    last = windows[-1]
+    steady = 1 if sizes[-1] > 2 else 0
+    per_op = _per_op(last, steady)
+    tokens = spec.batch * spec.model.sequence
+    model_flops = model_flops_per_block(spec.model, tokens, spec.batch) * total_layers
+    mfu = model_flops / (chips * hardware.chip.peak_flops * step_time) if step_time > 0 else 0.0
+    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
+                             spec.bytes_per_param)
+    layers_used = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)
+    used_slices = [prepared[f"{name}.fwd"].ctx.params.slices for name in FF_LAYERS]
+    bytes_per_layer = None
+    if last.bytes_sent is not None and len(windows) == 2 and windows[0].bytes_sent is not None:
+        bytes_per_layer = last.bytes_sent - windows[0].bytes_sent
+    elif last.bytes_sent is not None:
+        bytes_per_layer = last.bytes_sent / sizes[-1]
+    return StepResult(
+        model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name, mesh=f"{mesh[0]}x{mesh[1]}",
+        chips=chips, batch=spec.batch, layers=total_layers,
+        dataflows=[str(layer.dataflow) for layer in layers_used],
+        transposes=[layer.transpose for layer in layers_used], slices=used_slices,
+        prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
+        step_time_s=step_time, mfu=mfu, compute_s=compute, exposed_comm_s=exposed, idle_s=idle,
+        per_layer=[asdict(t) for t in per_op],
+        memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
+        memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
+        feasible=not violations, violations=violations, bytes_sent_per_layer=bytes_per_layer,
+        max_link_utilisation=last.busiest, simulated_layers=sizes, mapping=mapping.describe(),
+        switches={"embedding_lm_head": False, "optimizer_update": False, "dtype": spec.dtype,
+                  "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
+        notes=notes,
+    )
+
+
+def _per_op(window: _Window, layer: int) -> list[OpTiming]:
+    """Breakdown of each op of one layer (forward and backward) on the critical chip."""
+    rows = []
+    for name, index, start, end in window.timeline:
+        if index != layer:
+            continue
+        mxu = [(max(a, start) - start, min(b, end) - start) for a, b in window.mxu if b > start and a < end]
+        comm = [(max(a, start) - start, min(b, end) - start) for a, b in window.comm if b > start and a < end]
+        parts = breakdown(mxu, comm, end - start)
+        rows.append(OpTiming(name, end - start, parts.compute, parts.exposed, parts.idle))
+    return rows
