@@ -1,0 +1,111 @@
+"""Wang collective matmul in 2D (reference §3.4): exact products, DES == twin, the reference form, feasibility."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.network import resolve_mapping
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
+from tpusim.gemm.costs import CostModel
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.hardware import load_hardware
+from tpusim.gemm.algorithm import get_algorithm
+
+MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
+SMALL = (128, 192, 256)  # (m, n, k): distinct, every dimension a multiple of 2 * 8 chips
+LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile (wide non-circulated dims)
+
+
+def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
+    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
+
+
+def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> RingTerms:
+    mapping = _mapping(hw, *mesh)
+    axes = (problem.layout.axis(0), problem.layout.axis(1))
+    return ring_terms(problem, axes, mesh, CostModel(hw, mapping, problem.dtype))
+
+
+@pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
+def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+    hw = load_hardware(hw_name)
+    mapping = _mapping(hw, *mesh)
+    for dataflow in Dataflow:
+        for transpose in (False, True):
+            for prefetch in (Prefetch.NONE, Prefetch.IDEAL):
+                problem = GemmProblem(*SMALL, dataflow, transpose)
+                result = simulate_gemm(problem, "wang", GemmParams(prefetch=prefetch), hw, mapping, verify=True)
+                assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
+
+
+@pytest.mark.parametrize("mesh", [*MESHES, (2, 4), (4, 2)], ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+    """Both regimes (shift-bound small blocks, GeMM-bound large ones), every prefetch policy, both layouts.
+
+    The 2-chip ring (4x2 not transposed) circulates whole blocks one way (a 2-ring has one neighbour).
+    """
+    hw = load_hardware("meshslice-tpu-fit")
+    mapping = _mapping(hw, *mesh)
+    for dims, shift_bound in ((SMALL, True), (LARGE, False)):
+        for transpose in (False, True):
+            problem = GemmProblem(*dims, dataflow, transpose)
+            terms = _terms(problem, hw, mesh)
+            assert (terms.shift > terms.gemm) == shift_bound
+            for prefetch in Prefetch:
+                result = simulate_gemm(problem, "wang", GemmParams(prefetch=prefetch), hw, mapping)
+                assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
+
+
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+def test_reference_form_counts_one_extra_shift(dataflow: Dataflow) -> None:
+    """§3.4 writes A + C max(sigma, g) + D; the schedule does C GeMM steps but only C - 1 shift steps, so
+    the reference exceeds the DES by max(sigma - g, 0): one exposed shift when shift-bound, nothing when
+    GeMM-bound. (Prefetch ``none``: the reference form exposes the blocking weight gather.)"""
+    hw = load_hardware("meshslice-tpu-fit")
+    mesh = (8, 4)
+    mapping = _mapping(hw, *mesh)
+    for dims in (SMALL, LARGE):
+        problem = GemmProblem(*dims, dataflow)
+        terms = _terms(problem, hw, mesh)
+        des = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
+        excess = terms.reference() - des
+        assert excess == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
+        if dims is SMALL:
+            assert excess > 0.0
+
+
+def test_ideal_prefetch_overlaps_the_weight_gather() -> None:
+    """``ideal`` hides the blocking weight gather under the ring (OS) but the LS accumulators still wait
+    for the first product, which needs the weight: max(A + (C-1) sigma, loop) rather than max(A, loop)."""
+    hw = load_hardware("meshslice-tpu-fit")
+    mesh = (8, 4)
+    mapping = _mapping(hw, *mesh)
+    for dataflow in (Dataflow.OS, Dataflow.LS):
+        problem = GemmProblem(*SMALL, dataflow)
+        terms = _terms(problem, hw, mesh)
+        ideal = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping).time_s
+        none = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
+        assert none == pytest.approx(terms.gather + terms.loop, rel=1e-9)
+        lead = terms.gather + (3 * terms.shift if dataflow is Dataflow.LS else 0.0)
+        assert ideal == pytest.approx(max(lead, terms.loop), rel=1e-9)
+        assert ideal < none
+
+
+def test_infeasible() -> None:
+    algorithm = get_algorithm("wang")
+    problem = GemmProblem(*SMALL, Dataflow.OS)
+    with pytest.raises(InfeasibleError, match="unknown variant 'halves'"):
+        check_gemm(algorithm, problem, (4, 4), GemmParams(variant="halves"))
+    with pytest.raises(InfeasibleError, match="--slices 2"):
+        check_gemm(algorithm, problem, (4, 4), GemmParams(slices=2))
+    # K = 36 splits over 4 chips but not into 2 halves on each of them
+    with pytest.raises(InfeasibleError, match="K = 36 into 8 pieces"):
+        check_gemm(algorithm, GemmProblem(128, 192, 36, Dataflow.OS), (4, 4), GemmParams())
+    with pytest.raises(InfeasibleError, match="N = 36 into 8 pieces"):
+        check_gemm(algorithm, GemmProblem(128, 36, 256, Dataflow.LS), (4, 4), GemmParams())
