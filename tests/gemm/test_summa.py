@@ -37,8 +37,8 @@ def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
 
 
 # -- 2. DES == twin on the calibrated network ----------------------------------------------------------
-# GeMM-bound (65536 cubed), broadcast-bound (small), reduce-bound (wide outputs, short contraction).
-SHAPES = [(65536, 65536, 65536), (1024, 1024, 1024), (16384, 1024, 1024), (1024, 16384, 1024), (4096, 32768, 256)]
+# GeMM-bound (262144 cubed), broadcast-bound (small), reduce-bound (wide outputs, short contraction).
+SHAPES = [(262144, 262144, 262144), (1024, 1024, 1024), (16384, 1024, 1024), (1024, 16384, 1024), (4096, 32768, 256)]
 
 
 @pytest.mark.parametrize("mesh", MESHES[:3], ids=lambda m: f"{m[0]}x{m[1]}")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 
 from tpusim.cli.common import count_arg, emit_json, note, size_arg
+from tpusim.cli.step import add_overrides
 from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.engine.network import resolve_mapping
+from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.hardware import load_hardware
 from tpusim.topology import parse_mesh
 from tpusim.units import format_size, format_time
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", type=int, default=0, help="broadcast/reduce root; send-recv source rank")
     p.add_argument("--offset", type=int, default=1, help="shift distance; send-recv destination rank")
     p.add_argument("--fidelity", choices=["full"], default="full")
+    add_overrides(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
@@ -39,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     mapping = resolve_mapping(hardware, rows, cols, topology=args.topology, axis_map=args.axis_map)
     spec = CollectiveSpec(Op(args.op), args.axis, args.bytes, Ring(args.ring), args.chunks,
                           args.root, args.offset)
-    result = simulate_collective(spec, hardware, mapping)
+    result = simulate_collective(spec, hardware, mapping,
+                                 chip_slowdown=parse_slow_chips(args.slow_chip, rows * cols) or None,
+                                 link_overrides=parse_slow_links(args.slow_link, mapping) or None)
     if args.json:
         emit_json(result.to_dict())
         return 0

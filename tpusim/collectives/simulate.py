@@ -18,7 +18,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.ops import CollectiveCall, Op, Ring
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
-from tpusim.engine.simulation import Simulation
+from tpusim.engine.simulation import LinkOverride, Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
@@ -117,12 +117,13 @@ def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
 
 
 def simulate_collective(
-    spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None
+    spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None,
+    chip_slowdown: dict[int, float] | None = None, link_overrides: dict[int, LinkOverride] | None = None,
 ) -> CollectiveResult:
     """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links."""
     n = mapping.shape[spec.axis]
     tensor = member_tensor(spec, n)
-    sim = Simulation(hardware, mapping, tracer=tracer)
+    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
     runtime = CollectiveRuntime(sim, ring=spec.ring, chunks=spec.chunks)
     call = _call(spec, tensor)
 
@@ -146,6 +147,8 @@ def simulate_collective(
         max_link = float(links.bytes.max()) if links.count else 0.0
         util = float(links.utilisation(elapsed).max()) if links.count else 0.0
         transfers = links.transfers
+    if link_overrides:
+        notes.append("per-link overrides: the closed form describes the network without them")
     if mapping.axes[spec.axis].max_hops > 1:
         notes.append("ring neighbours are several hops apart; routes of different groups may share links")
     return CollectiveResult(

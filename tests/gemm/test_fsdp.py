@@ -1,0 +1,82 @@
+"""FSDP baseline (reference §3.7): exact products, DES == twin, the prefetch policy, feasibility."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.network import resolve_mapping
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import get_algorithm
+from tpusim.gemm.costs import CostModel
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.hardware import load_hardware
+
+MESHES = [(4, 1), (8, 1), (16, 1), (1, 4), (1, 8), (1, 16)]
+SMALL = (64, 96, 128)
+LARGE = (65536, 8192, 8192)  # GeMM longer than the weight gather on the calibrated profile
+
+
+def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
+    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
+
+
+@pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
+def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+    hw = load_hardware(hw_name)
+    mapping = _mapping(hw, *mesh)
+    for dataflow in Dataflow:
+        for transpose in (False, True):
+            for prefetch in (Prefetch.NONE, Prefetch.IDEAL):
+                problem = GemmProblem(*SMALL, dataflow, transpose)
+                result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), hw, mapping, verify=True)
+                assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
+
+
+@pytest.mark.parametrize("mesh", [(4, 1), (8, 1), (16, 1), (1, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+    hw = load_hardware("meshslice-tpu-fit")
+    mapping = _mapping(hw, *mesh)
+    for dims in (SMALL, LARGE):
+        for prefetch in Prefetch:
+            problem = GemmProblem(*dims, dataflow)
+            result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), hw, mapping)
+            assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
+
+
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+def test_closed_form(dataflow: Dataflow) -> None:
+    """os / ls: A(W) + g, or max(A, g) under ideal; rs: g + RdS(dW) whatever the policy (nothing gathered)."""
+    hw = load_hardware("meshslice-tpu-fit")
+    mesh = (8, 1)
+    mapping = _mapping(hw, *mesh)
+    costs = CostModel(hw, mapping)
+    m, n, k = LARGE
+    p = 8
+    if dataflow is Dataflow.RS:  # dW [m, n] = X^T dY, contracting over the batch: put the long dim on k
+        m, k = k, m
+        g, gather, reduce = costs.gemm(m, n, k / p), 0.0, costs.reduce_scatter(0, m * n)
+    else:
+        g, gather, reduce = costs.gemm(m / p, n, k), costs.all_gather(0, k * n / p), 0.0
+    problem = GemmProblem(m, n, k, dataflow)
+    none = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
+    ideal = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping).time_s
+    assert none == pytest.approx(gather + g + reduce, rel=1e-9)
+    assert ideal == pytest.approx(max(gather, g) + reduce, rel=1e-9)
+    if dataflow is not Dataflow.RS:
+        assert ideal < none
+
+
+def test_infeasible() -> None:
+    algorithm = get_algorithm("fsdp")
+    problem = GemmProblem(*SMALL, Dataflow.OS)
+    with pytest.raises(InfeasibleError, match="algorithm 'fsdp' runs on a P x 1 mesh; got 4x4"):
+        check_gemm(algorithm, problem, (4, 4), GemmParams())
+    with pytest.raises(InfeasibleError, match="unknown variant"):
+        check_gemm(algorithm, problem, (8, 1), GemmParams(variant="2d"))
+    with pytest.raises(InfeasibleError, match="does not split over the 16 chips"):
+        check_gemm(algorithm, GemmProblem(40, 96, 128, Dataflow.OS), (16, 1), GemmParams())

@@ -1,0 +1,121 @@
+"""The training step: extrapolation, symmetric fidelity, memory, feasibility, overrides, MFU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tpusim.collectives.ops import Op
+from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
+from tpusim.config import TransformerModel
+from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.network import resolve_mapping
+from tpusim.engine.overrides import parse_slow_links
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.params import Prefetch
+from tpusim.hardware import load_hardware
+from tpusim.model.layer import model_flops_per_block
+from tpusim.model.memory import Recompute
+from tpusim.model.registry import load_model
+from tpusim.model.step import StepSpec, simulate_step
+
+TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
+                        ffn=2048, sequence=64)
+
+
+def mapping_for(hardware_name: str, rows: int, cols: int):  # type: ignore[no-untyped-def]
+    hardware = load_hardware(hardware_name)
+    topology = None if hardware.kind == "calibrated" else f"torus:{rows}x{cols}"
+    return hardware, resolve_mapping(hardware, rows, cols, topology=topology)
+
+
+CASES = [
+    ("meshslice-sim", 4, 4, "collective", None),
+    ("meshslice-tpu-fit", 4, 2, "meshslice", (2, 1, 2, 2)),
+    ("tpuv4", 4, 4, "meshslice", (2, 2, 2, 2)),
+    ("tpuv4", 4, 4, "collective", None),
+]
+
+
+@pytest.mark.parametrize(("hw", "rows", "cols", "algorithm", "slices"), CASES)
+def test_extrapolation_equals_simulating_every_layer(hw: str, rows: int, cols: int, algorithm: str,
+                                                     slices: tuple[int, ...] | None) -> None:
+    hardware, mapping = mapping_for(hw, rows, cols)
+    prefetch = Prefetch.IDEAL if hardware.kind == "calibrated" else Prefetch.PREVIOUS_OP
+    spec = StepSpec(TINY, algorithm, rows * 2, slices, prefetch=prefetch, fidelity=Fidelity.FULL)
+    window = simulate_step(spec, hardware, mapping)
+    every = simulate_step(replace(spec, extrapolate=False), hardware, mapping)
+    assert window.simulated_layers == [2, 3] and every.simulated_layers == [6]
+    assert window.step_time_s == pytest.approx(every.step_time_s, rel=1e-9)
+    assert window.compute_s == pytest.approx(every.compute_s, rel=1e-9)
+    assert window.exposed_comm_s == pytest.approx(every.exposed_comm_s, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize(("hw", "rows", "cols", "algorithm", "slices"), CASES)
+def test_symmetric_equals_full_for_a_whole_step(hw: str, rows: int, cols: int, algorithm: str,
+                                                slices: tuple[int, ...] | None) -> None:
+    hardware, mapping = mapping_for(hw, rows, cols)
+    spec = StepSpec(TINY, algorithm, rows * 2, slices, fidelity=Fidelity.FULL)
+    full = simulate_step(spec, hardware, mapping)
+    symmetric = simulate_step(replace(spec, fidelity=Fidelity.SYMMETRIC), hardware, mapping)
+    assert (full.fidelity, symmetric.fidelity) == ("full", "symmetric")
+    assert symmetric.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    for a, b in zip(full.per_layer, symmetric.per_layer, strict=True):
+        assert a["op"] == b["op"]
+        assert b["time_s"] == pytest.approx(a["time_s"], rel=1e-9, abs=1e-15)
+
+
+def test_auto_falls_back_to_full_on_a_line() -> None:
+    hardware = load_hardware("tpuv4")
+    mapping = resolve_mapping(hardware, 4, 4, topology="mesh:4x4")
+    result = simulate_step(StepSpec(TINY, "collective", 8), hardware, mapping)
+    assert result.fidelity == "full"
+    assert any("line" in note for note in result.notes)
+
+
+def test_mfu_counts_model_flops_without_padding() -> None:
+    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+    result = simulate_step(StepSpec(TINY, "collective", 8), hardware, mapping)
+    flops = model_flops_per_block(TINY, 8 * 64, 8) * TINY.layers
+    assert result.mfu == pytest.approx(flops / (16 * hardware.chip.peak_flops * result.step_time_s), rel=1e-12)
+    # FF part of the model FLOPs is 72 T h^2 per block (reference §6.2)
+    assert model_flops_per_block(TINY, 512, 8) - 3 * 4 * 8 * 8 * 64 * 64 * 64 == 72 * 512 * 512**2
+
+
+def test_gpt3_at_32_chips_does_not_fit_and_full_recompute_at_2048_does() -> None:
+    gpt3 = load_model("gpt3-175b")
+    hardware = load_hardware("meshslice-sim")
+    small = simulate_step(StepSpec(gpt3, "collective", 32), hardware, resolve_mapping(hardware, 8, 4))
+    assert small.memory_feasible is False
+    params = 12 * 12288**2 * 96 * 16 / 32
+    activations = 2048 * 32 * 12288 * (34 + 5 * 96 * 2048 / 12288) * 96 / 32
+    assert small.memory_bytes_per_chip == pytest.approx(params + activations, rel=1e-12)
+    assert small.memory_shortfall_bytes == pytest.approx(params + activations - 32 * 2**30, rel=1e-12)
+    big = simulate_step(StepSpec(gpt3, "collective", 256, recompute=Recompute.FULL), hardware,
+                        resolve_mapping(hardware, 256, 8))
+    assert big.memory_feasible is True
+
+
+def test_heads_must_split_over_the_feature_axis() -> None:
+    hardware, mapping = mapping_for("meshslice-sim", 2, 16)  # 16 does not divide 8 heads
+    spec = StepSpec(TINY, "collective", 4)
+    with pytest.raises(InfeasibleError, match="16 does not divide the 8 heads"):
+        simulate_step(spec, hardware, mapping)
+    result = simulate_step(replace(spec, allow_infeasible=True), hardware, mapping)
+    assert result.feasible is False and "16 does not divide the 8 heads" in result.violations[0]
+
+
+def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity() -> None:
+    hardware = load_hardware("tpuv4")
+    mapping = resolve_mapping(hardware, 16, 4, topology="4x4x4")
+    slow = parse_slow_links(["0-16:2"], mapping)  # the z link out of chip 0, on logical axis 1's ring
+    spec = CollectiveSpec(Op.SHIFT, 1, 45_000_000)
+    base = simulate_collective(spec, hardware, mapping)
+    slowed = simulate_collective(spec, hardware, mapping, link_overrides=slow)
+    assert base.time_s == pytest.approx(1e-6 + 45e6 / 45e9, rel=1e-12)
+    assert slowed.time_s - base.time_s == pytest.approx(45e6 / 45e9, rel=1e-9)  # one link at half speed
+    step = simulate_step(StepSpec(TINY, "collective", 32), hardware, mapping, link_overrides=slow)
+    assert step.fidelity == "full"
+    clean = simulate_step(StepSpec(TINY, "collective", 32), hardware, mapping)
+    assert clean.fidelity == "symmetric" and step.step_time_s > clean.step_time_s
