@@ -36,7 +36,8 @@ def test_worked_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["bytes_sent"] == 16 * 16 * 15 * 4e6  # groups * n * (n-1) * shard
     assert result["transfers"] == 16 * 16 * 2 * 15  # groups * ranks * directions * steps
     assert result["events"] > 0
-    assert (result["bytes"], result["unit_bytes"], result["group_size"], result["groups"]) == (64e6, 4e6, 16, 16)
+    sizes = (result["bytes"], result["unit_bytes"], result["group_size"], result["groups"])
+    assert sizes == (64e6, 4e6, 16, 16)
     assert result["mapping"]["topology"] == "tpuv4:4x4x16"
     assert result["mapping"]["axis1"] == {
         "size": 16, "physical": ["z"], "embedding": "wrapped ring", "closed": True, "max_hops": 1,
@@ -60,8 +61,9 @@ def test_worked_example_text(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_calibrated_profile_notes_the_abstract_network(capsys: pytest.CaptureFixture[str]) -> None:
-    result = _run_json(capsys, ["collective", "--hardware", "meshslice-tpu-fit", "--mesh", "8x8", "--axis", "1",
-                                "--op", "all-gather", "--bytes", "8MiB"])
+    argv = ["collective", "--hardware", "meshslice-tpu-fit", "--mesh", "8x8", "--axis", "1",
+            "--op", "all-gather", "--bytes", "8MiB"]
+    result = _run_json(capsys, argv)
     assert result["time_s"] == pytest.approx(13e-6 + 7 * (2**20 / 79.751e9 + 5e-6), rel=1e-9)
     assert (result["bytes_sent"], result["max_link_bytes"], result["transfers"]) == (None, None, 0)
     assert result["mapping"]["topology"] == "abstract"

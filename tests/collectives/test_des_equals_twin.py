@@ -110,7 +110,8 @@ def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     for src in _roots(n):
         for dst in _roots(n):
-            result = _run(mapping, CollectiveSpec(Op.SEND_RECV, 1, 180_000, ring, chunks, root=src, offset=dst))
+            spec = CollectiveSpec(Op.SEND_RECV, 1, 180_000, ring, chunks, root=src, offset=dst)
+            result = _run(mapping, spec)
             _assert_twin(result)
             assert (result.time_s == 0.0) is (src == dst)
 

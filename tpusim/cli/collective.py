@@ -7,11 +7,7 @@ import argparse
 from tpusim.cli.common import count_arg, emit_json, note, size_arg
 from tpusim.cli.step import add_overrides
 from tpusim.collectives.ops import Op, Ring
-from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
-from tpusim.engine.network import resolve_mapping
-from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
-from tpusim.hardware import load_hardware
-from tpusim.topology import parse_mesh
+from tpusim.experiments import calls
 from tpusim.units import format_size, format_time
 
 
@@ -37,14 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    hardware = load_hardware(args.hardware)
-    rows, cols = parse_mesh(args.mesh)
-    mapping = resolve_mapping(hardware, rows, cols, topology=args.topology, axis_map=args.axis_map)
-    spec = CollectiveSpec(Op(args.op), args.axis, args.bytes, Ring(args.ring), args.chunks,
-                          args.root, args.offset)
-    result = simulate_collective(spec, hardware, mapping,
-                                 chip_slowdown=parse_slow_chips(args.slow_chip, rows * cols) or None,
-                                 link_overrides=parse_slow_links(args.slow_link, mapping) or None)
+    result = calls.collective(
+        hardware=args.hardware, mesh=args.mesh, axis=args.axis, op=args.op, bytes=args.bytes,
+        topology=args.topology, axis_map=args.axis_map, chunks=args.chunks, ring=args.ring, root=args.root,
+        offset=args.offset, slow_chips=args.slow_chip, slow_links=args.slow_link,
+    )
     if args.json:
         emit_json(result.to_dict())
         return 0

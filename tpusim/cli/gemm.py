@@ -6,14 +6,10 @@ import argparse
 from pathlib import Path
 
 from tpusim.cli.common import UsageError, count_arg, emit_json, note
-from tpusim.engine.network import resolve_mapping
-from tpusim.engine.trace import Tracer, parse_chip_list
-from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
-from tpusim.gemm.simulate import simulate_gemm
-from tpusim.hardware import load_hardware
-from tpusim.topology import parse_mesh
+from tpusim.engine.fidelity import Fidelity
+from tpusim.experiments import calls
+from tpusim.gemm.dataflow import Dataflow
+from tpusim.gemm.params import Prefetch
 from tpusim.units import format_time
 
 
@@ -38,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="bf16", help="element type being timed (default bf16)")
     p.add_argument("--compat-mean-overlap", action="store_true",
                    help="twin only: the authors' simulation-branch (a+b)/2 rule (labelled in results)")
-    p.add_argument("--fidelity", choices=["full"], default="full")
+    p.add_argument("--fidelity", choices=[f.value for f in Fidelity], default="full")
     p.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default all)")
     p.add_argument("--verify", action="store_true", help="run real float64 data and report max_abs_error")
@@ -48,30 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    hardware = load_hardware(args.hardware)
-    algorithm = get_algorithm(args.algorithm)
-    rows, cols = parse_mesh(args.mesh)
-    tracer = None
     if args.trace is not None:
         _check_output(args.trace)
-        try:
-            chips = parse_chip_list(args.trace_chips) if args.trace_chips else None
-        except ValueError as error:
-            raise UsageError(f"--trace-chips: {error}") from None
-        tracer = Tracer(chips=chips)
     elif args.trace_chips:
         raise UsageError("--trace-chips needs --trace FILE")
-    mapping = resolve_mapping(hardware, rows, cols, topology=args.topology, axis_map=args.axis_map)
-    problem = GemmProblem(args.m, args.n, args.k, Dataflow(args.dataflow), args.transpose, args.dtype)
-    prefetch = Prefetch(args.prefetch) if args.prefetch else default_prefetch(hardware)
-    params = GemmParams(prefetch, args.slices, args.block, args.variant, args.compat_mean_overlap)
-    result = simulate_gemm(problem, algorithm.name, params, hardware, mapping, verify=args.verify,
-                           seed=args.seed, tracer=tracer)
-    if tracer is not None:
-        tracer.write(args.trace)
-        result.notes.append(f"trace written to {args.trace}")
-    if args.compat_mean_overlap:
-        result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
+    result = calls.gemm(
+        hardware=args.hardware, mesh=args.mesh, algorithm=args.algorithm, dataflow=args.dataflow, m=args.m,
+        n=args.n, k=args.k, topology=args.topology, axis_map=args.axis_map, slices=args.slices,
+        block=args.block, variant=args.variant, prefetch=args.prefetch, transpose=args.transpose,
+        dtype=args.dtype, compat_mean_overlap=args.compat_mean_overlap, fidelity=args.fidelity,
+        verify=args.verify, seed=args.seed, trace=args.trace, trace_chips=args.trace_chips,
+    )
     if args.json:
         emit_json(result.to_dict())
         return 0

@@ -6,18 +6,10 @@ import argparse
 
 from tpusim.cli.common import UsageError, count_arg, emit_json, note
 from tpusim.engine.fidelity import Fidelity
-from tpusim.engine.network import resolve_mapping
-from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
-from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow
-from tpusim.gemm.params import Prefetch, default_prefetch
-from tpusim.hardware import load_hardware
-from tpusim.model.layer import FF_LAYERS
+from tpusim.experiments import calls
+from tpusim.gemm.params import Prefetch
 from tpusim.model.memory import Recompute
-from tpusim.model.registry import load_model
-from tpusim.model.step import StepSpec, simulate_step
-from tpusim.topology import parse_mesh
-from tpusim.units import UnitError, format_size, format_time, parse_count
+from tpusim.units import format_size, format_time
 
 
 def add_overrides(p: argparse.ArgumentParser) -> None:
@@ -55,54 +47,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _per_layer(text: str | None, flag: str, parse):  # type: ignore[no-untyped-def]
-    if text is None:
-        return None
-    parts = text.split(",")
-    if len(parts) == 1:
-        parts = parts * len(FF_LAYERS)
-    if len(parts) != len(FF_LAYERS):
-        raise UsageError(f"{flag} {text!r} needs 1 or {len(FF_LAYERS)} comma-separated values "
-                         f"({', '.join(FF_LAYERS)})")
-    return tuple(parse(p.strip()) for p in parts)
-
-
-def _count(text: str) -> int:
-    try:
-        return parse_count(text, "--slices")
-    except UnitError as error:
-        raise UsageError(str(error)) from None
-
-
-def _flag(text: str) -> bool:
+def _transpose_flag(text: str) -> bool:
     if text not in ("0", "1"):
         raise UsageError(f"--transposes value {text!r} must be 0 or 1")
     return text == "1"
 
 
+def _split(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",")]
+
+
 def run(args: argparse.Namespace) -> int:
-    model = load_model(args.model)
-    hardware = load_hardware(args.hardware)
-    algorithm = get_algorithm(args.algorithm)
-    rows, cols = parse_mesh(args.mesh)
-    if rows * cols != args.chips:
-        raise UsageError(f"--mesh {args.mesh!r} has {rows * cols} chips but --chips is {args.chips}")
-    slices = _per_layer(args.slices, "--slices", _count)
-    if slices is not None and not algorithm.uses_slices:
-        raise UsageError(f"--slices {args.slices} does not apply to algorithm {algorithm.name!r}; "
-                         "only 'meshslice' takes a slice count")
-    dataflows = _per_layer(args.dataflows, "--dataflows", Dataflow.parse)
-    transposes = _per_layer(args.transposes, "--transposes", _flag)
-    mapping = resolve_mapping(hardware, rows, cols, topology=args.topology, axis_map=args.axis_map)
-    slow_chips = parse_slow_chips(args.slow_chip, args.chips)
-    slow_links = parse_slow_links(args.slow_link, mapping)
-    prefetch = Prefetch(args.prefetch) if args.prefetch else default_prefetch(hardware)
-    spec = StepSpec(model, algorithm.name, args.batch or args.chips, slices, dataflows, transposes, prefetch,
-                    args.variant, Recompute(args.recompute), args.bytes_per_param,
-                    allow_infeasible=args.allow_infeasible, extrapolate=not args.all_layers,
-                    fidelity=Fidelity(args.fidelity))
-    result = simulate_step(spec, hardware, mapping, chip_slowdown=slow_chips or None,
-                           link_overrides=slow_links or None)
+    transposes = _split(args.transposes)
+    result = calls.step(
+        model=args.model, hardware=args.hardware, mesh=args.mesh, chips=args.chips, algorithm=args.algorithm,
+        slices=_split(args.slices), dataflows=_split(args.dataflows),
+        transposes=None if transposes is None else [_transpose_flag(t) for t in transposes],
+        variant=args.variant, batch=args.batch, prefetch=args.prefetch, fidelity=args.fidelity,
+        recompute=args.recompute, bytes_per_param=args.bytes_per_param, allow_infeasible=args.allow_infeasible,
+        all_layers=args.all_layers, topology=args.topology, axis_map=args.axis_map, slow_chips=args.slow_chip,
+        slow_links=args.slow_link,
+    )
     if not result.memory_feasible and not args.ignore_memory:
         result.notes.append(f"memory over capacity by {format_size(result.memory_shortfall_bytes)} per chip; "
                             "consider --recompute selective|full")

@@ -1,5 +1,6 @@
 """Pydantic models of every YAML file, and the strict loader that reports errors by file and key path."""
 
+from tpusim.config.experiment import Experiment, Overrides, Point, Scale, Sweep
 from tpusim.config.hardware import Calibration, ChipSpec, HardwareProfile, IciSpec, OpCalibration
 from tpusim.config.loader import (
     Bytes,
@@ -19,12 +20,17 @@ __all__ = [
     "BytesPerSecond",
     "Calibration",
     "ChipSpec",
+    "Experiment",
     "FlopsPerSecond",
     "FrozenModel",
     "HardwareProfile",
     "IciSpec",
     "OpCalibration",
+    "Overrides",
+    "Point",
+    "Scale",
     "Seconds",
+    "Sweep",
     "TransformerModel",
     "deep_merge",
     "display_path",

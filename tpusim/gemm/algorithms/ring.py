@@ -102,7 +102,7 @@ def ring_program(
             held[outer.operand] = handle
         else:
             (held[outer.operand],) = yield dev.wait(handle)
-    name = stored_dims(problem.dataflow, inner.operand)[inner.dim]
+    name = circulated(problem)
     fixed = {operand: value for operand, value in held.items() if operand != inner.operand}
     parts = _Pieces(dev, problem.dataflow, name, n * ways, fixed)
     if inner.operand == "y":

@@ -1,0 +1,164 @@
+"""Keyword-level entry points: one collective, GeMM or step from names and plain values.
+
+These are what the Python API exports, what the command line calls after parsing its arguments, and what
+every experiment point runs: names are resolved (hardware, model, algorithm), sizes and meshes parsed,
+overrides applied, and the layers below do the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tpusim.collectives.ops import Op, Ring
+from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.network import resolve_mapping
+from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
+from tpusim.engine.trace import Tracer, parse_chip_list
+from tpusim.errors import InfeasibleError, UserError
+from tpusim.gemm.algorithm import get_algorithm
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
+from tpusim.gemm.simulate import GemmResult, simulate_gemm
+from tpusim.hardware import load_hardware, scaled_profile
+from tpusim.model.layer import FF_LAYERS
+from tpusim.model.memory import Recompute
+from tpusim.model.registry import load_model
+from tpusim.model.step import StepResult, StepSpec, simulate_step
+from tpusim.topology import MeshMapping, parse_mesh
+from tpusim.units import UnitError, parse_count, parse_size
+
+MeshLike = str | tuple[int, int]
+
+
+def hardware_of(hardware: str | HardwareProfile, scale: dict[str, float] | None = None) -> HardwareProfile:
+    """A profile by name or as given, scaled where asked (keys alpha, lambda, beta, flops)."""
+    profile = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    if scale:
+        profile = scaled_profile(profile, bandwidth=scale.get("beta", 1.0), latency=scale.get("lambda", 1.0),
+                                 overhead=scale.get("alpha", 1.0), flops=scale.get("flops", 1.0))
+    return profile
+
+
+def model_of(model: str | TransformerModel) -> TransformerModel:
+    return load_model(model) if isinstance(model, str) else model
+
+
+def mesh_of(mesh: MeshLike) -> tuple[int, int]:
+    if isinstance(mesh, str):
+        return parse_mesh(mesh)
+    rows, cols = mesh
+    return int(rows), int(cols)
+
+
+def _mapping(hardware: HardwareProfile, mesh: tuple[int, int], topology: str | None,
+             axis_map: str | None) -> MeshMapping:
+    return resolve_mapping(hardware, mesh[0], mesh[1], topology=topology, axis_map=axis_map)
+
+
+def _prefetch(hardware: HardwareProfile, prefetch: str | Prefetch | None) -> Prefetch:
+    return Prefetch.parse(str(prefetch)) if prefetch is not None else default_prefetch(hardware)
+
+
+def collective(*, hardware: str | HardwareProfile, mesh: MeshLike, axis: int, op: str, bytes: str | int,
+               topology: str | None = None, axis_map: str | None = None, chunks: int = 1, ring: str = "bi",
+               root: int = 0, offset: int = 1, slow_chips: Sequence[str] = (),
+               slow_links: Sequence[str] = (), scale: dict[str, float] | None = None) -> CollectiveResult:
+    """Simulate one collective on every group of ``axis``."""
+    profile = hardware_of(hardware, scale)
+    shape = mesh_of(mesh)
+    if axis not in (0, 1):
+        raise UserError(f"axis {axis!r} is out of range; valid: 0, 1")
+    try:
+        size = parse_size(bytes)
+    except UnitError as error:
+        raise UserError(f"bytes: {error}") from None
+    if size != int(size):
+        raise UserError(f"bytes {bytes!r} is not a whole number of bytes")
+    mapping = _mapping(profile, shape, topology, axis_map)
+    spec = CollectiveSpec(Op.parse(op), axis, int(size), Ring(ring), chunks, root, offset)
+    return simulate_collective(spec, profile, mapping,
+                               chip_slowdown=parse_slow_chips(slow_chips, shape[0] * shape[1]) or None,
+                               link_overrides=parse_slow_links(slow_links, mapping) or None)
+
+
+def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dataflow: str, m: int, n: int,
+         k: int, topology: str | None = None, axis_map: str | None = None, slices: int | None = None,
+         block: int = 8, variant: str | None = None, prefetch: str | None = None, transpose: bool = False,
+         dtype: str = "bf16", compat_mean_overlap: bool = False, fidelity: str = "full", verify: bool = False,
+         seed: int = 0, trace: Path | str | None = None, trace_chips: str | None = None,
+         scale: dict[str, float] | None = None) -> GemmResult:
+    """Simulate one distributed GeMM (optionally verified against the dense product, optionally traced)."""
+    profile = hardware_of(hardware, scale)
+    name = get_algorithm(algorithm).name
+    shape = mesh_of(mesh)
+    tracer = None
+    if trace is not None:
+        try:
+            tracer = Tracer(chips=parse_chip_list(trace_chips) if trace_chips else None)
+        except ValueError as error:
+            raise UserError(f"trace chips: {error}") from None
+    mapping = _mapping(profile, shape, topology, axis_map)
+    problem = GemmProblem(m, n, k, Dataflow.parse(dataflow), transpose, dtype)
+    params = GemmParams(_prefetch(profile, prefetch), slices, block, variant, compat_mean_overlap)
+    result = simulate_gemm(problem, name, params, profile, mapping, verify=verify, seed=seed, tracer=tracer,
+                           fidelity=Fidelity.parse(fidelity))
+    if tracer is not None and trace is not None:
+        tracer.write(Path(trace))
+        result.notes.append(f"trace written to {trace}")
+    if compat_mean_overlap:
+        result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
+    return result
+
+
+def per_layer(value: Any, what: str, parse: Any) -> tuple[Any, ...] | None:
+    """One value for all four FF layers, or one each."""
+    if value is None:
+        return None
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    if len(values) == 1:
+        values = values * len(FF_LAYERS)
+    if len(values) != len(FF_LAYERS):
+        raise UserError(f"{what} {value!r} needs 1 or {len(FF_LAYERS)} values ({', '.join(FF_LAYERS)})")
+    return tuple(parse(v) for v in values)
+
+
+def _slice_count(value: Any) -> int:
+    try:
+        return parse_count(value, "slices")
+    except UnitError as error:
+        raise UserError(str(error)) from None
+
+
+def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh: MeshLike,
+         chips: int | None = None, algorithm: str = "meshslice", slices: Any = None, dataflows: Any = None,
+         transposes: Any = None, variant: str | None = None, batch: int | None = None,
+         prefetch: str | None = None, fidelity: str = "auto", recompute: str = "none",
+         bytes_per_param: float = 16.0, allow_infeasible: bool = False, all_layers: bool = False,
+         topology: str | None = None, axis_map: str | None = None, slow_chips: Sequence[str] = (),
+         slow_links: Sequence[str] = (), scale: dict[str, float] | None = None) -> StepResult:
+    """Simulate one training step."""
+    transformer = model_of(model)
+    profile = hardware_of(hardware, scale)
+    alg = get_algorithm(algorithm)
+    shape = mesh_of(mesh)
+    count = shape[0] * shape[1]
+    if chips is not None and chips != count:
+        raise UserError(f"mesh {shape[0]}x{shape[1]} has {count} chips but chips is {chips}")
+    layer_slices = per_layer(slices, "slices", _slice_count)
+    if layer_slices is not None and not alg.uses_slices:
+        raise InfeasibleError(f"--slices {slices} does not apply to algorithm {alg.name!r}; "
+                              "only 'meshslice' takes a slice count")
+    layer_dataflows = per_layer(dataflows, "dataflows", Dataflow.parse)
+    layer_transposes = per_layer(transposes, "transposes", bool)
+    mapping = _mapping(profile, shape, topology, axis_map)
+    spec = StepSpec(transformer, alg.name, batch or count, layer_slices, layer_dataflows, layer_transposes,
+                    _prefetch(profile, prefetch), variant, Recompute(recompute), bytes_per_param,
+                    allow_infeasible=allow_infeasible, extrapolate=not all_layers,
+                    fidelity=Fidelity.parse(fidelity))
+    return simulate_step(spec, profile, mapping,
+                         chip_slowdown=parse_slow_chips(slow_chips, count) or None,
+                         link_overrides=parse_slow_links(slow_links, mapping) or None)

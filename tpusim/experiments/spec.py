@@ -1,0 +1,86 @@
+"""Loading an experiment file and expanding its sweep into points, with every point validated up front.
+
+Dotted keys address fields of the point (``scale.beta``, ``overrides.slow_links``). Each expanded point
+is validated as a whole, so an impossible combination is reported before anything runs, naming the file,
+the point index and the key path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from tpusim.config import Experiment, Point
+from tpusim.config.loader import display_path, load_yaml, validate
+from tpusim.errors import ConfigError, UserError
+
+
+def load_experiment(path: Path | str) -> Experiment:
+    """An experiment file, strictly validated."""
+    return validate(Experiment, load_yaml(path, "experiment file"), display_path(path))
+
+
+def _set(target: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    keys = dotted.split(".")
+    node = target
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: sweep key {dotted!r}: {key!r} is not a mapping")
+        node = child
+    node[keys[-1]] = value
+
+
+def _matches(point: dict[str, Any], pattern: dict[str, Any]) -> bool:
+    for dotted, value in pattern.items():
+        node: Any = point
+        for key in dotted.split("."):
+            if not isinstance(node, dict) or key not in node:
+                return False
+            node = node[key]
+        if node != value:
+            return False
+    return True
+
+
+def expand(experiment: Experiment, source: str = "experiment") -> list[Point]:
+    """The sweep's points in order: the grid's product (last key fastest), minus exclude, plus include."""
+    base = experiment.point.model_dump(by_alias=True)
+    sweep = experiment.sweep
+    keys = list(sweep.grid)
+    raw: list[dict[str, Any]] = []
+    for values in itertools.product(*(sweep.grid[k] for k in keys)):
+        point = json.loads(json.dumps(base))
+        for key, value in zip(keys, values, strict=True):
+            _set(point, key, value, source)
+        if not any(_matches(point, pattern) for pattern in sweep.exclude):
+            raw.append(point)
+    for extra in sweep.include:
+        point = json.loads(json.dumps(base))
+        for key, value in extra.items():
+            _set(point, key, value, source)
+        raw.append(point)
+    points = []
+    for index, data in enumerate(raw):
+        points.append(validate(Point, data, f"{source} (sweep point {index})"))
+    if not points:
+        raise UserError(f"{source}: the sweep has no points (every grid point is excluded)")
+    return points
+
+
+def canonical(data: Any) -> str:
+    """Deterministic JSON text (sorted keys) used for hashing and for result files."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=True)
+
+
+def point_hash(point: Point) -> str:
+    return hashlib.sha256(canonical(point.model_dump(by_alias=True)).encode()).hexdigest()[:16]
+
+
+def experiment_hash(experiment: Experiment) -> str:
+    return hashlib.sha256(canonical(experiment.model_dump(by_alias=True)).encode()).hexdigest()[:16]
