@@ -9,9 +9,9 @@ r + r_(1-a)), so at step s every chip holds contraction block c = r0 + r1 + s of
 shifts one hop toward lower rank. OS accumulates into the stationary output. In LS and RS the partial
 output block with index c also shifts one hop toward lower rank along the reduce axis B after each GeMM,
 and the moving operand's index stays paired with it. A partial output needs no skew (it starts as zeros)
-but it finishes one hop past r_A - 1 ranks short of home (A = the moving operand's axis), and no uniform
-one-hop circulation can both pair it with the moving blocks and end at home, so the last shift carries it
-home directly: offset r_A - 1 on B (at most floor(n/2) hops). Shifts of step s+1 are issued when GeMM s
+but after the last GeMM it sits r_A - 1 ranks below home along B (A = the moving operand's axis), and no
+uniform one-hop circulation can both pair it with the moving blocks and end at home, so the last shift
+carries it home directly: offset r_A - 1 on B (at most floor(n/2) hops). Shifts of step s+1 are issued when GeMM s
 starts (the GeMM reads the blocks being sent; tensors are immutable, so this is double buffering); an
 arriving partial output is added to the next GeMM's product when it lands, the MXU does not wait for it.
 
@@ -19,9 +19,12 @@ arriving partial output is added to the next GeMM's product when it lands, the M
 moving operand along its axis and a local pick of block (r0 + r1) mod n. The blocks are halved along the
 dataflow's sliced dimension; half 0 walks toward lower rank (index c0 + s) and half 1 toward higher rank
 (index c0 - s), so both directions of every link carry data. OS moves the X and W halves (the contraction
-halves pair up) for n-1 steps. LS and RS move only the two half partial outputs; each chip reads the moving
-operand's half-blocks from its gathered copy, and a final all-gather along B plus a local pick returns
-every half to its home.
+halves pair up) for n-1 steps; after the gathers every block is already local, but the circulation is the
+authors' schedule, so it is what gets timed. LS and RS move only the two half partial outputs; each chip
+reads the moving operand's half-blocks from its gathered copy, and a final all-gather along B plus a local
+pick returns every half to its home.
+
+Neither variant has a data-independent gather to prefetch, so the ``prefetch`` policy does not apply.
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ class Cannon(GemmAlgorithm):
     name = "cannon"
     summary = "Cannon: skewed blocks (and LS/RS partial outputs) shifted one hop per step; square meshes"
     variants = (TEXTBOOK, HALVES)
+
+    def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
+        # the textbook skew shifts each row and column by its own rank, so chips differ
+        del calibrated
+        return (params.variant or TEXTBOOK) != TEXTBOOK
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)

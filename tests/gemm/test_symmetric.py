@@ -1,0 +1,53 @@
+"""``symmetric`` fidelity (one representative chip) equals ``full`` wherever ``auto`` claims it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.network import resolve_mapping
+from tpusim.gemm.algorithm import algorithms
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import simulate_gemm
+from tpusim.hardware import load_hardware
+
+MESHES_2D = [(4, 4), (8, 4), (4, 8)]
+
+
+def _cases() -> list[tuple[str, str, tuple[int, int], str | None, int | None]]:
+    cases = []
+    for hardware in ("meshslice-tpu-fit", "tpuv4"):
+        for name in algorithms():
+            if name in ("tp1d", "fsdp"):
+                meshes = [(8, 1), (16, 1)]
+            elif name == "cannon":
+                meshes = [(4, 4), (8, 8)]
+            else:
+                meshes = MESHES_2D
+            variants = [None, "bidirectional-halves"] if name == "cannon" else [None]
+            for mesh in meshes:
+                for variant in variants:
+                    cases.append((hardware, name, mesh, variant, 2 if name == "meshslice" else None))
+    return cases
+
+
+@pytest.mark.parametrize(("hardware", "algorithm", "mesh", "variant", "slices"), _cases())
+@pytest.mark.parametrize("dataflow", list(Dataflow))
+def test_auto_equals_full(hardware: str, algorithm: str, mesh: tuple[int, int], variant: str | None,
+                          slices: int | None, dataflow: Dataflow) -> None:
+    profile = load_hardware(hardware)
+    topology = None if profile.kind == "calibrated" else f"torus:{mesh[0]}x{mesh[1]}"
+    mapping = resolve_mapping(profile, *mesh, topology=topology)
+    problem = GemmProblem(2048, 1024, 4096, dataflow)
+    params = GemmParams(slices=slices, variant=variant)
+    full = simulate_gemm(problem, algorithm, params, profile, mapping, fidelity=Fidelity.FULL)
+    auto = simulate_gemm(problem, algorithm, params, profile, mapping, fidelity=Fidelity.AUTO)
+    assert auto.time_s == pytest.approx(full.time_s, rel=1e-9)
+    assert auto.compute_s == pytest.approx(full.compute_s, rel=1e-9)
+    assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-9, abs=1e-15)
+    # auto is symmetric exactly where the algorithm schedules every chip alike
+    expected = "symmetric"
+    if (algorithm == "summa" and profile.kind != "calibrated") or (algorithm == "cannon" and variant is None):
+        expected = "full"
+    assert auto.fidelity == expected

@@ -1,0 +1,78 @@
+"""Where points run: in this process, on a local process pool, or on a Dask distributed cluster.
+
+Every executor takes (index, point data) jobs and yields (index, outcome, wall seconds) as points finish,
+in whatever order they finish; the results files put them back in sweep order. Parallelism is across
+points, never inside one simulation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
+
+from tpusim.errors import UserError
+from tpusim.experiments.points import run_point
+
+Job = tuple[int, dict[str, Any]]
+Done = tuple[int, dict[str, Any], float]
+
+
+def timed_point(point: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    start = time.perf_counter()
+    outcome = run_point(point)
+    return outcome, time.perf_counter() - start
+
+
+def run_inline(jobs: Sequence[Job]) -> Iterator[Done]:
+    for index, point in jobs:
+        outcome, wall = timed_point(point)
+        yield index, outcome, wall
+
+
+def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Done]:
+    """A process pool with ``workers`` processes (``--jobs``)."""
+    if workers <= 1:
+        yield from run_inline(jobs)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending = {pool.submit(timed_point, point): index for index, point in jobs}
+        try:
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=lambda f: pending[f]):
+                    index = pending.pop(future)
+                    outcome, wall = future.result()
+                    yield index, outcome, wall
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int) -> Iterator[Done]:
+    """A Dask distributed cluster at ``scheduler`` (``tcp://host:8786``), or a LocalCluster when None."""
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise UserError("--executor dask needs the 'distributed' package: pip install 'dask[distributed]'") from None
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except OSError as error:
+            raise UserError(f"--scheduler {scheduler!r}: cannot reach the Dask scheduler ({error})") from None
+    try:
+        futures = {client.submit(timed_point, point, pure=False, key=f"tpusim-point-{index}"): index
+                   for index, point in jobs}
+        for future in as_completed(futures):
+            outcome, wall = future.result()
+            yield futures[future], outcome, wall
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
