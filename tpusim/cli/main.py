@@ -12,11 +12,11 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from tpusim.cli import collective, gemm, listing, step
+from tpusim.cli import collective, gemm, listing, run, step
 from tpusim.cli.common import UsageError
 from tpusim.errors import TpusimError
 
-COMMANDS = (listing, collective, gemm, step)
+COMMANDS = (listing, collective, gemm, step, run)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,7 +20,7 @@ from tpusim.errors import ConfigError, UserError
 
 def load_experiment(path: Path | str) -> Experiment:
     """An experiment file, strictly validated."""
-    return validate(Experiment, load_yaml(path, "experiment file"), display_path(path))
+    return validate(Experiment, load_yaml(path, "experiment"), display_path(path))
 
 
 def _set(target: dict[str, Any], dotted: str, value: Any, source: str) -> None:

@@ -34,7 +34,7 @@ def load_model(name_or_path: str) -> TransformerModel:
 
 @cache
 def _load(path: Path, shown: str) -> TransformerModel:
-    model = validate(TransformerModel, load_yaml(path, "model file"), shown)
+    model = validate(TransformerModel, load_yaml(path, "model"), shown)
     if path.parent == _models_dir().resolve() and model.name != path.stem:
         raise ConfigError(f"{shown}: name: {model.name!r} must match the file name {path.stem!r}")
     return model

@@ -1,0 +1,147 @@
+"""Wall-clock benchmarks of the simulator (a script, not a test).
+
+    python benchmarks/run.py                 # every figure, median of 3, a table on stdout
+    python benchmarks/run.py --json          # exactly one JSON object on stdout; progress on stderr
+    python benchmarks/run.py --repeat 5 --only collective_transfers_per_s
+
+Each benchmark is a function in ``BENCHMARKS`` that builds its inputs (not timed), times the simulation
+itself and returns a ``Measurement``. Add a figure by writing such a function and registering it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.hardware import load_hardware
+from tpusim.topology import MeshMapping, map_mesh, parse_topology
+
+GROUP_BYTES = 64_000_000  # 64 MB per gathered tensor
+
+
+@dataclass
+class Measurement:
+    """One run of one benchmark: the figure, its unit, and facts to check the run did what it claims."""
+
+    value: float
+    unit: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+Program = Callable[[Device], Any]
+
+
+def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, Simulation]:
+    """Run ``program`` on every chip of ``mapping`` on ``tpuv4`` at full fidelity; (wall seconds, sim)."""
+    hardware = load_hardware("tpuv4")
+    begin = time.perf_counter()
+    sim = Simulation(hardware, mapping)
+    runtime = CollectiveRuntime(sim)
+    run_spmd(sim, runtime, program, lambda dev: ())
+    return time.perf_counter() - begin, sim
+
+
+def _info(sim: Simulation) -> dict[str, Any]:
+    assert sim.links is not None
+    return {"simulated_s": sim.now, "transfers": sim.links.transfers, "events": sim.events}
+
+
+def collective_transfers_per_s() -> Measurement:
+    """torus:16x16, mesh 16x16: every chip gathers 4 MB on axis 0 and on axis 1 at once (64 MB per group)."""
+    mapping = map_mesh(parse_topology("torus:16x16"), 16, 16)
+    shard = Tensor((GROUP_BYTES // 16,), "int8")
+
+    def program(dev: Device):  # type: ignore[no-untyped-def]
+        yield dev.wait(dev.all_gather(shard, axis=0), dev.all_gather(shard, axis=1))
+
+    wall, sim = _simulate(mapping, program)
+    info = _info(sim)
+    return Measurement(info["transfers"] / wall, "transfers/s", {**info, "wall_s": wall})
+
+
+def allgather_torus_64x32_full_s() -> Measurement:
+    """torus:64x32, mesh 64x32: 64 MB gathered over all 2048 chips, axis 1 then axis 0 (dimension-ordered)."""
+    mapping = map_mesh(parse_topology("torus:64x32"), 64, 32)
+    shard = Tensor((GROUP_BYTES // 2048,), "int8")
+
+    def program(dev: Device):  # type: ignore[no-untyped-def]
+        row = yield dev.all_gather(shard, axis=1)
+        yield dev.all_gather(row, axis=0)
+
+    wall, sim = _simulate(mapping, program)
+    return Measurement(wall, "s", _info(sim))
+
+
+def allgather_ring_2048_full_s() -> Measurement:
+    """torus:2048, mesh 1x2048: one 64 MB all-gather over a 2048-chip wrapped ring."""
+    mapping = map_mesh(parse_topology("torus:2048"), 1, 2048)
+    shard = Tensor((GROUP_BYTES // 2048,), "int8")
+
+    def program(dev: Device):  # type: ignore[no-untyped-def]
+        yield dev.all_gather(shard, axis=1)
+
+    wall, sim = _simulate(mapping, program)
+    return Measurement(wall, "s", _info(sim))
+
+
+BENCHMARKS: dict[str, Callable[[], Measurement]] = {
+    "collective_transfers_per_s": collective_transfers_per_s,
+    "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
+    "allgather_ring_2048_full_s": allgather_ring_2048_full_s,
+}
+
+
+def run(names: list[str], repeat: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for name in names:
+        runs: list[Measurement] = []
+        for k in range(repeat):
+            print(f"{name}: run {k + 1}/{repeat} ...", file=sys.stderr, flush=True)
+            runs.append(BENCHMARKS[name]())
+            print(f"{name}: {runs[-1].value:.6g} {runs[-1].unit}", file=sys.stderr, flush=True)
+        figures[name] = {
+            "median": statistics.median(m.value for m in runs),
+            "unit": runs[0].unit,
+            "runs": [m.value for m in runs],
+            "info": runs[0].info,
+        }
+    return {
+        "repeat": repeat,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "benchmarks": figures,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="exactly one JSON object on stdout")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per benchmark; the median is reported")
+    parser.add_argument("--only", action="append", choices=list(BENCHMARKS),
+                        help="run only this benchmark (repeatable)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat} must be >= 1")
+    report = run(args.only or list(BENCHMARKS), args.repeat)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for name, figure in report["benchmarks"].items():
+            print(f"{name:32s} {figure['median']:12.6g} {figure['unit']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""``tpusim run`` (an experiment file) and ``tpusim schema`` (its JSON Schema, for editors)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tpusim.cli.common import count_arg, emit_json, note
+from tpusim.config import Experiment
+from tpusim.experiments.run import run_experiment
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run every point of an experiment file")
+    p.add_argument("experiment", type=Path, help="experiments/<family>/experiment.yaml or any such file")
+    p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
+    p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
+    p.add_argument("--executor", choices=["local", "dask"], default="local")
+    p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
+    p.add_argument("--resume", action="store_true", help="keep finished points in --out and run the rest")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds, keeping finished points")
+    p.add_argument("--yes", action="store_true", help="run sweeps larger than the file's max_points")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(handler=run)
+    s = sub.add_parser("schema", help="print the JSON Schema of experiment files")
+    s.set_defaults(handler=schema)
+
+
+def run(args: argparse.Namespace) -> int:
+    bar = None
+    if not args.quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit="point", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+    try:
+        summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
+                                 scheduler=args.scheduler, resume=args.resume, timeout=args.timeout,
+                                 yes=args.yes, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if args.json:
+        emit_json(summary.to_dict())
+        return 0
+    print(f"{summary.finished} of {summary.total} points in {summary.out}"
+          f"{f' ({summary.skipped} resumed)' if summary.skipped else ''}: results.csv, results.json, run_meta.json")
+    if summary.errors:
+        note(f"{summary.errors} point(s) could not be simulated; see the 'error' column")
+    return 0
+
+
+def schema(args: argparse.Namespace) -> int:
+    del args
+    print(json.dumps(Experiment.model_json_schema(by_alias=True), indent=2))
+    return 0

@@ -1,0 +1,148 @@
+"""The tuner's search space: mesh shapes of the chip count and per-FF-layer options, with feasibility.
+
+A candidate mesh is any factorisation R x C = P (not only powers of two) that the algorithm can run on:
+2D algorithms need C | heads and R | batch (unless infeasible configurations are allowed), 1D algorithms
+run on P x 1 only, and on a physical profile the logical mesh must map onto the topology. A layer option
+is a dataflow, a transposition flag and, for MeshSlice, a slice count K taken from every feasible value
+(the divisors of D / (lcm(R, C) x block), D the layer's sliced global dimension), never from a table.
+Every option is confirmed by the algorithm's own feasibility check on all three passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.network import resolve_mapping
+from tpusim.errors import InfeasibleError, TopologyError
+from tpusim.gemm.algorithm import GemmAlgorithm
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import check_gemm
+from tpusim.model.feasibility import split_for
+from tpusim.model.layer import FFLayer, Pass
+from tpusim.topology import MeshMapping
+
+
+@dataclass(frozen=True)
+class LayerOption:
+    """How one FF layer runs: its dataflow, whether its mesh axes are swapped, and its slice count."""
+
+    dataflow: Dataflow
+    transpose: bool
+    slices: int | None
+
+    def describe(self) -> str:
+        k = "" if self.slices is None else f" K={self.slices}"
+        return f"{self.dataflow}{' T' if self.transpose else ''}{k}"
+
+
+@dataclass(frozen=True)
+class MeshCandidate:
+    """One feasible logical mesh and the layouts its activations may take.
+
+    ``transposed_ok``: whether activations may sit in the transposed layout (tokens over axis 1, features
+    over axis 0), which needs R | heads and C | batch; an RS layer produces that layout.
+    """
+
+    rows: int
+    cols: int
+    mapping: MeshMapping
+    transposed_ok: bool
+    violations: tuple[str, ...] = ()
+
+    @property
+    def mesh(self) -> tuple[int, int]:
+        return (self.rows, self.cols)
+
+    @property
+    def label(self) -> str:
+        return f"{self.rows}x{self.cols}"
+
+
+@dataclass(frozen=True)
+class RejectedMesh:
+    """A factorisation the search skipped, and why."""
+
+    mesh: str
+    reason: str
+
+
+def factorisations(chips: int) -> list[tuple[int, int]]:
+    """Every (R, C) with R x C = chips, R ascending."""
+    return [(r, chips // r) for r in range(1, chips + 1) if chips % r == 0]
+
+
+def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: int, batch: int,
+                    hardware: HardwareProfile, topology: str | None,
+                    allow_infeasible: bool) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """The meshes worth pricing, and the ones skipped with their reasons."""
+    two_d = algorithm.parallelism == "2d"
+    shapes = factorisations(chips) if two_d else [(chips, 1)]
+    kept: list[MeshCandidate] = []
+    rejected: list[RejectedMesh] = []
+    for rows, cols in shapes:
+        label = f"{rows}x{cols}"
+        try:
+            split = split_for(model, (rows, cols), batch, algorithm.parallelism, allow_infeasible)
+        except InfeasibleError as error:
+            rejected.append(RejectedMesh(label, error.message))
+            continue
+        try:
+            mapping = resolve_mapping(hardware, rows, cols, topology=topology)
+        except TopologyError as error:
+            rejected.append(RejectedMesh(label, error.message))
+            continue
+        # The transposed layout splits heads over axis 0 and sequences over axis 1: the swapped mesh's rules.
+        swapped = split_for(model, (cols, rows), batch, algorithm.parallelism, True)
+        transposed_ok = two_d and (allow_infeasible or not swapped.violations)
+        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok, split.violations))
+    return kept, rejected
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n >= 1, ascending."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
+
+
+def slice_counts(problems: list[GemmProblem], mesh: tuple[int, int], block: int) -> list[int]:
+    """Every K that divides each pass's sliced dimension by lcm(R, C) x block x K (reference §3.5)."""
+    unit = math.lcm(*mesh) * block
+    common: set[int] | None = None
+    for problem in problems:
+        size = problem.dim(problem.roles.sliced)
+        found = set(divisors(size // unit)) if size % unit == 0 else set()
+        common = found if common is None else common & found
+    return sorted(common or ())
+
+
+def layer_problems(layer: FFLayer, option: LayerOption, dtype: str) -> dict[Pass, GemmProblem]:
+    """The forward, backward-data and backward-weight GeMMs of a layer run with ``option``."""
+    shaped = replace(layer, dataflow=option.dataflow, transpose=option.transpose)
+    return {which: shaped.gemm(which, dtype) for which in Pass}
+
+
+def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int], transpose: bool,
+                  dataflows: tuple[Dataflow, ...], base: GemmParams, dtype: str) -> list[LayerOption]:
+    """Every feasible option of ``layer`` on ``mesh`` with the given transposition flag."""
+    options = []
+    for dataflow in dataflows:
+        probe = LayerOption(dataflow, transpose, None)
+        problems = list(layer_problems(layer, probe, dtype).values())
+        counts: list[int | None] = list(slice_counts(problems, mesh, base.block)) if algorithm.uses_slices else [None]
+        for k in counts:
+            params = replace(base, slices=k)
+            try:
+                for problem in problems:
+                    check_gemm(algorithm, problem, mesh, params)
+            except InfeasibleError:
+                continue
+            options.append(LayerOption(dataflow, transpose, k))
+    return options
