@@ -11,8 +11,6 @@ DataFrame; pandas is imported only then). Errors are :class:`tpusim.errors.Tpusi
 
 from __future__ import annotations
 
-from typing import Any
-
 from tpusim.collectives.simulate import CollectiveResult
 from tpusim.experiments.calls import collective, gemm, step
 from tpusim.experiments.run import RunSummary, run_experiment
@@ -20,17 +18,4 @@ from tpusim.gemm.simulate import GemmResult
 from tpusim.model.step import StepResult
 
 __all__ = ["CollectiveResult", "GemmResult", "RunSummary", "StepResult", "collective", "gemm", "run_experiment",
-           "step", "to_frame"]
-
-
-def to_frame(result: Any) -> Any:
-    """A pandas DataFrame of one result (one row) or of a run summary (one row per point)."""
-    import pandas as pd
-
-    if isinstance(result, RunSummary):
-        return pd.DataFrame(result.rows)
-    return pd.DataFrame([result.to_dict()])
-
-
-for _cls in (CollectiveResult, GemmResult, StepResult, RunSummary):
-    _cls.to_frame = to_frame  # type: ignore[attr-defined]
+           "step"]

@@ -8,7 +8,7 @@ all-reduce and all-to-all, and the message for broadcast, reduce, shift and send
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.ops import CollectiveCall, Op, Ring
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
+from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import LinkOverride, Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -41,7 +42,7 @@ class CollectiveSpec:
 
 
 @dataclass
-class CollectiveResult:
+class CollectiveResult(ResultMixin):
     """What one simulated collective produced (see the glossary in DESIGN §5)."""
 
     op: str
@@ -64,8 +65,6 @@ class CollectiveResult:
     mapping: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_spec(spec: CollectiveSpec, n: int) -> None:

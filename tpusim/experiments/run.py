@@ -42,6 +42,12 @@ class RunSummary:
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def to_frame(self) -> Any:
+        """One row per point (pandas is imported only here)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "points_total": self.total, "points_finished": self.finished,
                 "points_resumed": self.skipped, "points_with_errors": self.errors, "rows": self.rows,
@@ -84,16 +90,15 @@ def run_experiment(
     if not resume and (out_dir / "results.json").exists():
         files.points.clear()
         files.rows.clear()
+    pending = dict(todo)
     files.flush({"started": time.time()})
     fault_after = int(os.environ.get(FAULT_ENV, "0") or 0)
     start = time.monotonic()
-    written = 0
     stream = run_dask(todo, scheduler, jobs) if executor == "dask" else run_local(todo, jobs)
     timed_out = False
-    for index, outcome, wall in stream:
-        files.add(index, hashes[index], todo_point(todo, index), outcome,
+    for written, (index, outcome, wall) in enumerate(stream, start=1):
+        files.add(index, hashes[index], pending[index], outcome,
                   row_of(index, points[index], varying, outcome), wall)
-        written += 1
         if progress is not None:
             progress(len(files.points), len(points))
         if fault_after and written >= fault_after:
@@ -112,13 +117,6 @@ def run_experiment(
         raise RunTimeout(f"stopped after --timeout {timeout:g} s with {len(files.points)} of {len(points)} "
                          f"points finished in {str(out_dir)!r}", "rerun with --resume to finish the rest")
     return summary
-
-
-def todo_point(todo: list[tuple[int, dict[str, Any]]], index: int) -> dict[str, Any]:
-    for i, point in todo:
-        if i == index:
-            return point
-    raise KeyError(index)
 
 
 def _varying_keys(experiment: Experiment) -> list[str]:

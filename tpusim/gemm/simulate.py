@@ -8,7 +8,7 @@ its closed-form twin, and the critical chip's compute / exposed-communication / 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -32,7 +33,7 @@ from tpusim.topology import MeshMapping
 
 
 @dataclass
-class GemmResult:
+class GemmResult(ResultMixin):
     """One simulated GeMM (field meanings: DESIGN §5 glossary)."""
 
     algorithm: str
@@ -62,8 +63,6 @@ class GemmResult:
     max_abs_error: float | None = None
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_gemm(algorithm: GemmAlgorithm, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:

@@ -20,6 +20,7 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import LinkOverride, Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
@@ -79,7 +80,7 @@ class OpTiming:
 
 
 @dataclass
-class StepResult:
+class StepResult(ResultMixin):
     """One simulated training step (field meanings: DESIGN §5 glossary)."""
 
     model: str
@@ -114,8 +115,6 @@ class StepResult:
     switches: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,19 @@
+"""What every result object offers: ``to_dict()`` (the CLI's ``--json`` fields) and ``to_frame()``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+
+class ResultMixin:
+    """For dataclass results."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    def to_frame(self) -> Any:
+        """A one-row pandas DataFrame (pandas is imported only here)."""
+        import pandas as pd
+
+        return pd.DataFrame([self.to_dict()])

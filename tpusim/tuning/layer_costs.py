@@ -1,0 +1,155 @@
+"""Pricing the pieces of a step: one FF layer option (its GeMMs), and the non-FF ops of a layer.
+
+A step runs its ops one after another on every chip, so its time is the sum of its ops' times: per FF
+layer, the forward, backward-data and backward-weight GeMMs (the forward twice under full
+recomputation), plus the non-FF ops (norms, attention, residuals, LayerNorm all-reduces), which depend
+only on the mesh and on the feature axis the LayerNorms reduce over. A GeMM is priced either by its
+algorithm's closed-form twin (tens of microseconds; None where no closed form exists) or by the
+discrete-event simulation (DES) at the requested fidelity. ``CostCache`` keys every GeMM time by
+everything that determines it, so a GeMM shared by two layers or two passes is priced once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Generator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import simpy
+
+from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.config import HardwareProfile
+from tpusim.engine.fidelity import Fidelity, network_asymmetry
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.gemm.algorithm import GemmAlgorithm
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.fidelity import resolve_fidelity
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
+from tpusim.model.layer import FF_LAYERS, FFLayer, GemmOp, LocalOp, NormStatsOp, Op, Pass
+from tpusim.model.step import StepSpec, plan_ops
+from tpusim.topology import MeshMapping
+from tpusim.tuning.space import LayerOption, layer_problems
+
+ANALYTIC = "analytic"
+
+
+def mapping_key(mapping: MeshMapping) -> tuple[Any, ...]:
+    """What identifies a placement for timing: shape, topology and each axis's physical embedding."""
+    topology = mapping.topology.name if mapping.topology is not None else "abstract"
+    axes = tuple((a.size, a.physical, a.embedding, a.closed, a.max_hops) for a in mapping.axes)
+    return (mapping.shape, topology, axes)
+
+
+class CostCache:
+    """GeMM times keyed by (problem, algorithm, params, hardware, mapping, pricing mode).
+
+    ``twins`` and ``simulations`` count the GeMMs actually priced (cache misses) by each method.
+    """
+
+    def __init__(self) -> None:
+        self._times: dict[tuple[Any, ...], float | None] = {}
+        self.twins = 0
+        self.simulations = 0
+
+    def gemm(self, problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams,
+             hardware: HardwareProfile, hardware_key: str, mapping: MeshMapping, mode: str) -> float | None:
+        """The GeMM's time by ``mode``: "analytic" (None without a closed form) or a Fidelity value."""
+        key = (problem, algorithm.name, params, hardware_key, mapping_key(mapping), mode)
+        if key in self._times:
+            return self._times[key]
+        if mode == ANALYTIC:
+            self.twins += 1
+            value = analytic_gemm(algorithm, problem, params, hardware, mapping)
+        else:
+            self.simulations += 1
+            value = simulate_gemm(problem, algorithm.name, params, hardware, mapping,
+                                  fidelity=Fidelity(mode)).time_s
+        self._times[key] = value
+        return value
+
+
+@dataclass(frozen=True)
+class PricingContext:
+    """What every price of one search shares."""
+
+    hardware: HardwareProfile
+    algorithm: GemmAlgorithm
+    base: GemmParams  # prefetch, block and variant; the slice count comes from each option
+    dtype: str
+    fidelity: Fidelity  # of the DES prices (auto resolves per GeMM: symmetric where exact)
+    multiplicity: tuple[tuple[str, Pass, int], ...]  # how often each layer's pass runs in one step layer
+
+    @property
+    def hardware_key(self) -> str:
+        # a profile loaded from a file may reuse a registered name: key on the content too
+        return self.hardware.model_dump_json()
+
+
+def pass_multiplicity(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[str, Pass, int], ...]:
+    """How many times each (layer, pass) GeMM runs per layer of the step (2 forwards under full recompute)."""
+    forward, backward, _, _ = plan_ops(spec, mesh)
+    counts = Counter((op.layer.removeprefix("recompute."), op.which) for op in forward + backward
+                     if isinstance(op, GemmOp))
+    return tuple((layer, which, counts[(layer, which)]) for layer in FF_LAYERS for which in Pass)
+
+
+class LayerPricer:
+    """Prices FF layer options on one mesh by twin or by DES, through a shared cache."""
+
+    def __init__(self, context: PricingContext, mapping: MeshMapping, cache: CostCache) -> None:
+        self.context = context
+        self.mapping = mapping
+        self.cache = cache
+        self._hardware_key = context.hardware_key
+        self._times = {(layer, which): n for layer, which, n in context.multiplicity}
+
+    def _total(self, layer: FFLayer, option: LayerOption, mode: str) -> float | None:
+        ctx = self.context
+        params = replace(ctx.base, slices=option.slices)
+        total = 0.0
+        for which, problem in layer_problems(layer, option, ctx.dtype).items():
+            times = self._times.get((layer.name, which), 1)
+            if times == 0:
+                continue
+            value = self.cache.gemm(problem, ctx.algorithm, params, ctx.hardware, self._hardware_key,
+                                    self.mapping, mode)
+            if value is None:
+                return None
+            total += times * value
+        return total
+
+    def analytic(self, layer: FFLayer, option: LayerOption) -> float | None:
+        """Sum of the layer's GeMM twins, or None when one of them has no closed form."""
+        return self._total(layer, option, ANALYTIC)
+
+    def simulated(self, layer: FFLayer, option: LayerOption) -> float:
+        """Sum of the layer's GeMMs as simulated at the context's fidelity."""
+        value = self._total(layer, option, str(self.context.fidelity))
+        assert value is not None
+        return value
+
+
+def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity) -> float:
+    """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts."""
+    forward, backward, _, _ = plan_ops(spec, mapping.shape)
+    ops = [op for op in forward + backward if not isinstance(op, GemmOp)]
+    mode, _ = resolve_fidelity(fidelity, network_asymmetry(hardware, mapping, overrides=False))
+    symmetric = mode is Fidelity.SYMMETRIC
+    sim = Simulation(hardware, mapping)
+    runtime = CollectiveRuntime(sim, representative=symmetric)
+    run_spmd(sim, runtime, _local_program, lambda dev: (ops,), only=[(0, 0)] if symmetric else None)
+    return sim.now
+
+
+def _local_program(dev: Device, ops: list[Op]) -> Generator[simpy.Event, Any, None]:
+    """The non-GeMM part of the step program (``tpusim.model.step``), op for op."""
+    for op in ops:
+        if isinstance(op, LocalOp):
+            yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
+        elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
+            # the step fuses the row means and mean-squares into one all-reduce; so does this
+            yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
