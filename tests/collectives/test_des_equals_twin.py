@@ -116,16 +116,17 @@ def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
             assert (result.time_s == 0.0) is (src == dst)
 
 
-@pytest.mark.xfail(strict=True, reason="physical_time's shift form ignores that offset k puts k messages on "
-                   "every link: with chunks > 1 it is below the busiest link's serialisation time")
 @pytest.mark.parametrize(
     ("spec", "offset"), [("torus:4", 2), ("torus:8", 3), ("torus:8", -2), ("mesh:8", 2), ("torus:5", 2)]
 )
-def test_chunked_multi_step_shift(spec: str, offset: int) -> None:
+def test_chunked_multi_step_shift_claims_no_closed_form(spec: str, offset: int) -> None:
+    # offset k puts k messages on every link and their chunks interleave: the chain form would undercount
     n = int(spec.split(":")[1])
     result = _run(_mapping(spec, 1, n), CollectiveSpec(Op.SHIFT, 1, 2_000_000, Ring.UNIDIRECTIONAL, 4,
                                                        offset=offset))
-    _assert_twin(result)
+    assert result.analytic_time_s is None
+    assert result.max_link_bytes is not None
+    assert result.time_s >= result.max_link_bytes / 45e9
 
 
 def test_no_closed_form_is_noted() -> None:

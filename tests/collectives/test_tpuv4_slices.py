@@ -81,18 +81,11 @@ def test_line_all_gather_is_formula_4() -> None:
     assert result.max_link_bytes == 3e6
 
 
-SPLIT_TWIN_BUG = (
-    "physical_time charges reach * max_hops links for every route of a split axis, but its ring "
-    "mixes 1-hop and 2-hop neighbour routes (4x8x8 as 16x16: x[::2]*z)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=SPLIT_TWIN_BUG)
 @pytest.mark.parametrize("op", [Op.BROADCAST, Op.SEND_RECV])
-def test_split_axis_single_message_matches_twin(op: Op) -> None:
+def test_split_axis_single_message_has_no_claimed_twin(op: Op) -> None:
     mapping = _mapping("4x8x8", 16, 16, None)
     assert mapping.axes[1].describe()["embedding"] == "split"
     result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, root=0, offset=8), TPUV4, mapping)
     # the message travels 9 links (one 2-hop neighbour route and seven 1-hop ones) in the DES
     assert result.time_s == pytest.approx(9 * (4e6 / 45e9 + 1e-6), rel=1e-9)
-    assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
+    assert result.analytic_time_s is None  # no closed form is claimed for multi-hop embeddings

@@ -51,13 +51,6 @@ def test_missing_member_deadlocks_and_names_the_stuck_chips(name: str) -> None:
     assert message.count("all-gather on axis 1 (group 0") == 3
 
 
-STALE_COUNTS = (
-    "runtime.submit writes sim.waiting when a chip joins and never updates it, so the deadlock report "
-    "shows stale join counts (1/4, 2/4, 3/4) for one group"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=STALE_COUNTS)
 def test_deadlock_report_shows_the_current_join_count() -> None:
     with pytest.raises(DeadlockError) as caught:
         _run("torus-4x4", _skipper)

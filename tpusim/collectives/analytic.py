@@ -45,13 +45,17 @@ def physical_time(
 ) -> float | None:
     """Contention-free time of ``call`` on one group, or None where no closed form is claimed.
 
-    ``hops_per_step`` is the longest route between ring neighbours (1 on wrapped rings, snakes and lines).
+    ``hops_per_step`` is the longest route between ring neighbours (1 on wrapped rings, snakes and lines);
+    multi-hop embeddings, chunked all-to-all and chunked multi-hop shifts have no claimed form.
     """
     if n == 1:
         return 0.0
     bw, lat, o, c = ici.link_bandwidth, ici.hop_latency, ici.launch_overhead, call.chunks
     s = call.unit_bytes(n)
     h = hops_per_step
+    if h > 1:
+        # multi-hop embeddings (split axes) mix route lengths and share links between groups
+        return None
     uni = call.ring is Ring.UNIDIRECTIONAL and closed
     op = call.op
     if op is Op.ALL_REDUCE:
@@ -60,11 +64,6 @@ def physical_time(
         parts = [physical_time(x, n, closed=closed, hops_per_step=h, ici=ici) for x in (rs, ag)]
         return None if None in parts else parts[0] + parts[1]  # type: ignore[operator]
     if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER):
-        if h > 1:
-            if c > 1 or not (closed or op is Op.ALL_GATHER):
-                return None
-            per_step = s if uni or not closed else s / 2
-            return o + (n - 1) * h * (lat + per_step / bw)
         if closed:
             return o + _ring(n - 1, s if uni else s / 2, c, bw, lat)
         if op is Op.ALL_GATHER:
@@ -87,7 +86,7 @@ def physical_time(
             reach = n - 1 if uni else n // 2
         else:
             reach = max(root, n - 1 - root)
-        return o + _chain(s, reach * h, c, bw, lat)
+        return o + _chain(s, reach, c, bw, lat)
     if op in (Op.SHIFT, Op.SEND_RECV):
         if op is Op.SHIFT:
             offset = call.offset % n
@@ -95,13 +94,18 @@ def physical_time(
                 return 0.0
             if closed:
                 reach = ring_distance(n, 0, offset, True, uni)
+                shared = reach > 1
             else:
                 reach = max(offset, n - offset)
+                shared = 1 < offset < n - 1
+            if shared and c > 1:
+                # several messages then cross each link and their chunks interleave: no closed form claimed
+                return None
         else:
             reach = ring_distance(n, call.root % n, call.offset % n, closed, uni)
             if reach == 0:
                 return 0.0
-        return o + _chain(s, reach * h, c, bw, lat)
+        return o + _chain(s, reach, c, bw, lat)
     raise AssertionError(op)
 
 

@@ -94,7 +94,7 @@ class CollectiveRuntime:
         instance.inputs[rank] = tensor
         instance.handles[rank] = handle
         instance.chips[rank] = chip
-        sim.waiting[chip] = f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
+        sim.waiting[chip] = lambda: f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
         if self.representative:
             sim.env.process(self._run(instance))
         elif len(instance.inputs) == size:

@@ -9,7 +9,7 @@ the stuck chips when the event queue empties first.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,8 @@ class Simulation:
                 raise ValueError("a physical hardware profile needs a physical topology")
             self.links = self._build_links(link_overrides or {})
         self._programs: list[tuple[int, simpy.Process]] = []
-        self.waiting: dict[int, str] = {}
+        # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
+        self.waiting: dict[int, Callable[[], str]] = {}
 
     def _build_links(self, overrides: Mapping[int, LinkOverride]) -> LinkArray:
         assert self.topology is not None
@@ -103,13 +104,17 @@ class Simulation:
         stuck = [(chip, p) for chip, p in self._programs if p.is_alive]
         if stuck:
             chips = sorted({chip for chip, _ in stuck})
-            shown = ", ".join(f"chip {c}: {self.waiting.get(c, 'unknown operation')}" for c in chips[:8])
+            shown = ", ".join(f"chip {c}: {self._describe(c)}" for c in chips[:8])
             more = f" (+{len(chips) - 8} more)" if len(chips) > 8 else ""
             raise DeadlockError(
                 f"simulation stalled at t={self.env.now:.9g} s with {len(chips)} chip program(s) still "
                 f"waiting: {shown}{more}"
             )
         return self.env.now
+
+    def _describe(self, chip: int) -> str:
+        describe = self.waiting.get(chip)
+        return describe() if describe is not None else "a local operation"
 
     @property
     def events(self) -> int:

@@ -19,16 +19,19 @@ from typing import Any
 import simpy
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.ops import Op as CollectiveOp
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.fidelity import Fidelity, network_asymmetry
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm
+from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
+from tpusim.hardware import ChipModel
 from tpusim.model.layer import FF_LAYERS, FFLayer, GemmOp, LocalOp, NormStatsOp, Op, Pass
 from tpusim.model.step import StepSpec, plan_ops
 from tpusim.topology import MeshMapping
@@ -133,10 +136,30 @@ class LayerPricer:
         return value
 
 
+def _non_ff_ops(spec: StepSpec, mesh: tuple[int, int]) -> list[Op]:
+    forward, backward, _, _ = plan_ops(spec, mesh)
+    return [op for op in forward + backward if not isinstance(op, GemmOp)]
+
+
+def non_ff_twin(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
+    """Closed-form time of one layer's non-FF ops under ``spec``'s layouts, or None without a closed form."""
+    chip = ChipModel(hardware.chip)
+    total = 0.0
+    try:
+        for op in _non_ff_ops(spec, mapping.shape):
+            if isinstance(op, LocalOp):
+                total += chip.op_time(op.flops, op.hbm_bytes)
+            elif isinstance(op, NormStatsOp) and mapping.shape[op.axis] > 1 and op.elements:
+                costs = CostModel(hardware, mapping, op.dtype)
+                total += costs.collective(CollectiveOp.ALL_REDUCE, op.axis, 2 * op.elements)
+    except NoClosedForm:
+        return None
+    return total
+
+
 def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity) -> float:
     """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts."""
-    forward, backward, _, _ = plan_ops(spec, mapping.shape)
-    ops = [op for op in forward + backward if not isinstance(op, GemmOp)]
+    ops = _non_ff_ops(spec, mapping.shape)
     mode, _ = resolve_fidelity(fidelity, network_asymmetry(hardware, mapping, overrides=False))
     symmetric = mode is Fidelity.SYMMETRIC
     sim = Simulation(hardware, mapping)

@@ -1,0 +1,84 @@
+"""What a tuning run reports: the chosen configuration, the runner-up, and how much was priced how."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Choice:
+    """One complete configuration, timed by ``simulate_step``.
+
+    ``estimate_step_s`` is what the search predicted for it (layers x the per-layer sum of its op prices);
+    ``step_time_s`` is the simulated step, the number the choice is judged by.
+    """
+
+    mesh: str
+    algorithm: str
+    dataflows: list[str]
+    transposes: list[bool]
+    slices: list[int | None]
+    step_time_s: float
+    estimate_step_s: float
+    fidelity: str
+    mfu: float
+    compute_s: float
+    exposed_comm_s: float
+    memory_bytes_per_chip: float
+    memory_feasible: bool
+    feasible: bool
+    violations: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MeshReport:
+    """How the search treated one factorisation R x C of the chip count.
+
+    ``status``: "skipped" (infeasible, unmappable or no feasible layer option; see ``reason``), "priced"
+    (ranked by the analytic twins only) or "simulated" (its candidates priced by the DES).
+    """
+
+    mesh: str
+    status: str
+    reason: str | None = None
+    analytic_step_s: float | None = None
+    simulated_step_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TuneResult:
+    """The tuner's answer (field meanings: the module docstrings of ``tpusim.tuning``).
+
+    ``evaluated``: distinct candidates (mesh, FF layer, dataflow, transposition, K) priced by any method;
+    ``simulated``: those priced by the DES; ``steps_simulated``: whole steps run by ``simulate_step``;
+    ``search_space``: complete configurations (mesh and one option per FF layer) that the DP covered.
+    """
+
+    model: str
+    hardware: str
+    algorithm: str
+    chips: int
+    batch: int
+    prefetch: str
+    recompute: str
+    fidelity: str
+    exhaustive: bool
+    best: Choice
+    runner_up: Choice | None
+    evaluated: int
+    simulated: int
+    steps_simulated: int
+    search_space: int
+    meshes: list[MeshReport]
+    ignore_memory: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

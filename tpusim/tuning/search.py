@@ -1,0 +1,331 @@
+"""The autotuner: mesh shape, per-layer dataflow, transposition and slice count minimising the step time.
+
+Default search:
+1. Enumerate every feasible mesh R x C = P (``space``) and drop those that do not fit in HBM
+   (``capacity``) unless memory is ignored.
+2. On every mesh, price every FF layer option with the algorithm's closed-form twins (by DES where a
+   twin is missing) and the non-FF ops by theirs, and find the mesh's cheapest plans with the DP over
+   layout flags (``dp``). Rank the meshes by that analytic step estimate.
+3. Refine the best ``refine_meshes`` meshes (and any within ``MESH_MARGIN`` of the best): price by DES the
+   options of their best analytic plans, every feasible K within a factor 2 of each chosen K, and the
+   best K of any other dataflow within ``OPTION_MARGIN`` of the chosen one; rerun the DP on those prices.
+4. Time the winner and the runner-up with ``simulate_step``. The runner-up is the best plan of the next
+   mesh (the second plan of the same mesh when only one mesh is feasible); if it simulates faster, the
+   two swap.
+``exhaustive`` prices every option of every mesh by DES in step 2 and skips step 3: the same DP, no pruning.
+Step times are layers x (non-FF ops + the FF layers' GeMMs): ops run one after another on each chip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.fidelity import Fidelity
+from tpusim.engine.network import resolve_mapping
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import get_algorithm
+from tpusim.gemm.dataflow import Dataflow
+from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
+from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
+from tpusim.model.memory import Recompute
+from tpusim.model.step import StepSpec, simulate_step
+from tpusim.tuning.capacity import mesh_memory, nothing_fits
+from tpusim.tuning.dp import Plan, best_plans, count_plans, output_flag
+from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin, pass_multiplicity
+from tpusim.tuning.result import Choice, MeshReport, TuneResult
+from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
+from tpusim.units import GB
+
+DATAFLOWS = tuple(Dataflow)
+REFINE_MESHES = 3
+MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
+OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
+SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """What to tune for; ``batch`` defaults to the chip count, ``prefetch`` to the profile's default."""
+
+    model: TransformerModel
+    hardware: HardwareProfile
+    chips: int
+    algorithm: str = "meshslice"
+    batch: int | None = None
+    topology: str | None = None
+    prefetch: Prefetch | None = None
+    recompute: Recompute = Recompute.NONE
+    fidelity: Fidelity = Fidelity.AUTO
+    exhaustive: bool = False
+    ignore_memory: bool = False
+    allow_infeasible: bool = False
+    refine_meshes: int = REFINE_MESHES
+    dtype: str = "bf16"
+    bytes_per_param: float = 16.0
+
+
+class _MeshSearch:
+    """The options, prices and plans of one candidate mesh."""
+
+    def __init__(self, candidate: MeshCandidate, layers: tuple[FFLayer, ...], context: PricingContext,
+                 cache: CostCache, spec: StepSpec, flips: bool) -> None:
+        self.candidate = candidate
+        self.layers = layers
+        self.context = context
+        self.pricer = LayerPricer(context, candidate.mapping, cache)
+        self.spec = spec
+        self.flips = flips
+        self.twin_prices: dict[tuple[int, LayerOption], float] = {}
+        self.des_prices: dict[tuple[int, LayerOption], float] = {}
+        self.window: set[tuple[int, LayerOption]] | None = None  # what the DES-priced DP may use
+        self.twin_fallbacks = 0
+        self._options: dict[tuple[int, bool], list[LayerOption]] = {}
+
+    @property
+    def starts(self) -> tuple[bool, ...]:
+        """Allowed block-input layouts: the standard one only.
+
+        The embedding hands the first block tokens over axis 0, and the step model sizes the LayerNorm
+        statistics and splits the heads for that layout. A block run transposed throughout would be the
+        mesh C x R with its axes swapped, which the enumeration covers as a mesh of its own.
+        """
+        return (False,)
+
+    def attention_ok(self, flag: bool) -> bool:
+        return not flag or self.candidate.transposed_ok
+
+    def options(self, index: int, flag: bool, required: bool | None) -> list[LayerOption]:
+        key = (index, flag)
+        if key not in self._options:
+            ctx = self.context
+            self._options[key] = layer_options(self.layers[index], ctx.algorithm, self.candidate.mesh, flag,
+                                               DATAFLOWS, ctx.base, ctx.dtype) if self.flips or not flag else []
+        found = self._options[key]
+        if required is None:
+            return found
+        # a layer that closes a residual must hand on ``required``; pricing dead ends would be wasted work
+        return [o for o in found if output_flag(flag, o, self.flips) == required]
+
+    def by_twin(self, index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
+        priced = []
+        for option in self.options(index, flag, required):
+            key = (index, option)
+            if key not in self.twin_prices:
+                value = self.pricer.analytic(self.layers[index], option)
+                if value is None:
+                    self.twin_fallbacks += 1
+                    value = self._simulate(index, option)
+                self.twin_prices[key] = value
+            priced.append((option, self.twin_prices[key]))
+        return priced
+
+    def by_simulation(self, index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
+        return [(o, self._simulate(index, o)) for o in self.options(index, flag, required)
+                if self.window is None or (index, o) in self.window]
+
+    def _simulate(self, index: int, option: LayerOption) -> float:
+        key = (index, option)
+        if key not in self.des_prices:
+            self.des_prices[key] = self.pricer.simulated(self.layers[index], option)
+        return self.des_prices[key]
+
+    def non_ff(self, simulated: bool) -> dict[bool, float]:
+        """Per allowed start layout, one layer's non-FF time (twin for ranking, DES for the final DP)."""
+        times = {}
+        for start in self.starts:
+            spec = replace(self.spec, transposes=(start,) * len(FF_LAYERS))
+            twin = None if simulated else non_ff_twin(spec, self.context.hardware, self.candidate.mapping)
+            times[start] = twin if twin is not None else non_ff_time(spec, self.context.hardware,
+                                                                     self.candidate.mapping, self.context.fidelity)
+        return times
+
+    def plans(self, simulated: bool, keep: int) -> list[Plan]:
+        priced = self.by_simulation if simulated else self.by_twin
+        return best_plans(priced, self.non_ff(simulated), flips=self.flips, attention_ok=self.attention_ok,
+                          keep=keep)
+
+    def space_size(self) -> int:
+        return count_plans(self.options, self.starts, flips=self.flips, attention_ok=self.attention_ok)
+
+    def seed_window(self, plans: Sequence[Plan]) -> None:
+        """The options the DES refinement may use, grown around the best analytic plans."""
+        window: set[tuple[int, LayerOption]] = set()
+        for plan in plans:
+            for index, chosen in enumerate(plan.options):
+                available = self.by_twin(index, chosen.transpose, None)
+                best = {o: t for o, t in available}[chosen]
+                seeds = [chosen]
+                for dataflow in DATAFLOWS:
+                    rivals = [(t, o.describe(), o) for o, t in available if o.dataflow is dataflow]
+                    if dataflow is not chosen.dataflow and rivals:
+                        cost, _, rival = min(rivals)
+                        if cost <= best * (1 + OPTION_MARGIN):
+                            seeds.append(rival)
+                for seed in seeds:
+                    window.update((index, o) for o, _ in available
+                                  if o.dataflow is seed.dataflow and _near(o.slices, seed.slices))
+        self.window = window
+
+
+def _near(k: int | None, around: int | None) -> bool:
+    """Whether slice count k is within a factor 2 of ``around`` (both unset counts as near)."""
+    if k is None or around is None:
+        return k is None and around is None
+    return around <= 2 * k and k <= 2 * around
+
+
+def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
+    """Search the configuration space for ``request``; see the module docstring."""
+    if request.fidelity is Fidelity.ANALYTIC:
+        raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
+                              "use --fidelity auto, symmetric or full")
+    hardware, model, chips = request.hardware, request.model, request.chips
+    algorithm = get_algorithm(request.algorithm)
+    batch = request.batch if request.batch is not None else chips
+    if hardware.kind == "calibrated" and request.topology is not None:
+        resolve_mapping(hardware, chips, 1, topology=request.topology)  # raises the calibrated-topology error
+    cache = cache if cache is not None else CostCache()
+    prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
+    notes: list[str] = []
+
+    candidates, rejected = mesh_candidates(model, algorithm, chips, batch, hardware, request.topology,
+                                           request.allow_infeasible)
+    candidates, rejected = _memory_gate(request, batch, candidates, rejected, notes)
+    if not candidates:
+        raise _no_mesh(request, batch, rejected)
+
+    spec = StepSpec(model, algorithm.name, batch, prefetch=prefetch, recompute=request.recompute,
+                    bytes_per_param=request.bytes_per_param, dtype=request.dtype,
+                    allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
+    context = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
+                             pass_multiplicity(spec, candidates[0].mesh))
+    layers = ff_layers(model, batch * model.sequence)
+    flips = algorithm.parallelism == "2d"
+    searches = [_MeshSearch(c, layers, context, cache, spec, flips) for c in candidates]
+    reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
+
+    if request.exhaustive:
+        refined = searches
+    else:
+        ranked = []
+        for search in searches:
+            plans = search.plans(simulated=False, keep=SEED_PLANS)
+            if plans:
+                ranked.append((plans[0].cost, search, plans))
+            reports[search.candidate.label] = _report(search, plans, simulated=False, layers=model.layers)
+        ranked.sort(key=lambda item: item[0])
+        refined = []
+        for rank, (cost, search, plans) in enumerate(ranked):
+            if rank < request.refine_meshes or (ranked and cost <= ranked[0][0] * (1 + MESH_MARGIN)):
+                search.seed_window(plans)
+                refined.append(search)
+
+    final = []
+    for search in refined:
+        plans = search.plans(simulated=True, keep=2)
+        if plans:
+            final.append((plans[0].cost, search, plans))
+        previous = reports.get(search.candidate.label)
+        report = _report(search, plans, simulated=True, layers=model.layers)
+        if previous is not None and previous.analytic_step_s is not None:
+            report.analytic_step_s = previous.analytic_step_s
+        reports[search.candidate.label] = report
+    if not final:
+        raise _no_mesh(request, batch, [RejectedMesh(r.mesh, r.reason or "") for r in reports.values()])
+    final.sort(key=lambda item: (item[0], item[1].candidate.label))
+
+    best_search, best_plan = final[0][1], final[0][2][0]
+    if len(final) > 1:
+        runner_search, runner_plan = final[1][1], final[1][2][0]
+    elif len(final[0][2]) > 1:
+        runner_search, runner_plan = best_search, final[0][2][1]
+    else:
+        runner_search, runner_plan = None, None
+    best = _time(best_search, best_plan, spec, model.layers)
+    runner = _time(runner_search, runner_plan, spec, model.layers) if runner_search and runner_plan else None
+    if runner is not None and runner.step_time_s < best.step_time_s:
+        best, runner = runner, best
+        notes.append("the runner-up of the search simulated faster as a whole step; the two were swapped")
+    for choice in (best, runner):
+        if choice is not None and abs(choice.step_time_s - choice.estimate_step_s) > 0.005 * choice.step_time_s:
+            notes.append(f"{choice.mesh}: the simulated step differs from the sum of its priced ops by "
+                         f"{choice.step_time_s / choice.estimate_step_s - 1:+.2%}")
+
+    fallbacks = sum(s.twin_fallbacks for s in searches)
+    if fallbacks:
+        notes.append(f"{fallbacks} layer options had no closed form and were ranked by their DES price")
+    evaluated = sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches)
+    simulated = sum(len(s.des_prices) for s in searches)
+    order = {f"{r}x{c}": i for i, (r, c) in enumerate(_all_shapes(reports))}
+    return TuneResult(
+        model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
+        prefetch=str(prefetch), recompute=str(request.recompute), fidelity=str(request.fidelity),
+        exhaustive=request.exhaustive, best=best, runner_up=runner, evaluated=evaluated, simulated=simulated,
+        steps_simulated=1 + (runner is not None), search_space=sum(s.space_size() for s in searches),
+        meshes=sorted(reports.values(), key=lambda r: order[r.mesh]), ignore_memory=request.ignore_memory,
+        notes=notes,
+    )
+
+
+def _all_shapes(reports: dict[str, MeshReport]) -> list[tuple[int, int]]:
+    return sorted(tuple(int(v) for v in label.split("x")) for label in reports)  # type: ignore[misc]
+
+
+def _memory_gate(request: TuneRequest, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
+                 notes: list[str]) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """Drop the meshes that overflow HBM (unless memory is ignored); raise when none fits."""
+    estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
+                              request.bytes_per_param), c) for c in candidates]
+    if request.ignore_memory:
+        over = [e for e, _ in estimates if not e.feasible]
+        if over:
+            worst = max(over, key=lambda e: e.total_bytes)
+            notes.append(f"memory ignored: configurations need up to {worst.total_bytes / GB:.1f} GB per chip "
+                         f"of {worst.capacity_bytes / GB:.1f} GB")
+        return candidates, rejected
+    fits = [c for e, c in estimates if e.feasible]
+    if estimates and not fits:
+        smallest = min((e for e, _ in estimates), key=lambda e: e.shortfall_bytes)
+        raise nothing_fits(request.model, request.chips, batch, request.recompute, request.hardware,
+                           request.bytes_per_param, smallest)
+    dropped = [RejectedMesh(c.label, f"needs {e.total_bytes / GB:.1f} GB per chip of {e.capacity_bytes / GB:.1f} GB")
+               for e, c in estimates if not e.feasible]
+    return fits, rejected + dropped
+
+
+def _no_mesh(request: TuneRequest, batch: int, rejected: Sequence[RejectedMesh]) -> InfeasibleError:
+    reasons = "; ".join(f"{r.mesh}: {r.reason}" for r in rejected[:3])
+    more = f" (and {len(rejected) - 3} more)" if len(rejected) > 3 else ""
+    return InfeasibleError(
+        f"no feasible configuration of {request.model.name} with algorithm {request.algorithm!r} on "
+        f"{request.chips} chips (batch {batch}): {reasons}{more}",
+        "try another chip count, batch or algorithm, or --allow-infeasible to time infeasible meshes anyway",
+    )
+
+
+def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: int) -> MeshReport:
+    label = search.candidate.label
+    if not plans:
+        return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)")
+    estimate = plans[0].cost * layers
+    if simulated:
+        return MeshReport(label, "simulated", None, None, estimate)
+    return MeshReport(label, "priced", None, estimate, None)
+
+
+def _time(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> Choice:
+    """Simulate the whole step of ``plan`` on its mesh."""
+    uses_slices = search.context.algorithm.uses_slices
+    timed = replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
+                    transposes=tuple(o.transpose for o in plan.options),
+                    slices=tuple(o.slices for o in plan.options) if uses_slices else None)
+    result = simulate_step(timed, search.context.hardware, search.candidate.mapping)
+    return Choice(
+        mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
+        transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
+        estimate_step_s=plan.cost * layers, fidelity=result.fidelity, mfu=result.mfu, compute_s=result.compute_s,
+        exposed_comm_s=result.exposed_comm_s, memory_bytes_per_chip=result.memory_bytes_per_chip,
+        memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
+    )
