@@ -46,10 +46,10 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def render_csv(rows: list[dict[str, Any]]) -> str:
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
+def render_csv(rows: list[dict[str, Any]], preferred: list[str]) -> str:
+    """CSV text; columns in ``preferred`` order first, then any others sorted (never dict order)."""
+    present = {k for row in rows for k in row}
+    columns = [k for k in preferred if k in present] + sorted(present.difference(preferred))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
@@ -61,8 +61,10 @@ def render_csv(rows: list[dict[str, Any]]) -> str:
 class ResultsFiles:
     """The results of one run in folder ``out``."""
 
-    def __init__(self, out: Path, experiment: dict[str, Any], config_hash: str, total: int) -> None:
+    def __init__(self, out: Path, experiment: dict[str, Any], config_hash: str, total: int,
+                 columns: list[str]) -> None:
         self.out = out
+        self.columns = columns
         self.experiment = experiment
         self.config_hash = config_hash
         self.total = total
@@ -106,7 +108,7 @@ class ResultsFiles:
 
     def flush(self, meta: dict[str, Any] | None = None) -> None:
         order = sorted(self.points)
-        write_atomic(self.out / "results.csv", render_csv([self.rows[i] for i in order]))
+        write_atomic(self.out / "results.csv", render_csv([self.rows[i] for i in order], self.columns))
         document = {
             "tpusim_version": tpusim.__version__,
             "config_hash": self.config_hash,

@@ -19,7 +19,7 @@ from typing import Any
 from tpusim.config import Experiment
 from tpusim.errors import UserError
 from tpusim.experiments.executors import run_dask, run_local
-from tpusim.experiments.points import row_of
+from tpusim.experiments.points import HEADLINE, row_of
 from tpusim.experiments.results import ResultsFiles, check_output_dir
 from tpusim.experiments.spec import expand, experiment_hash, load_experiment, point_hash
 
@@ -82,7 +82,9 @@ def run_experiment(
     out_dir = Path(out)
     check_output_dir(out_dir)
     varying = _varying_keys(experiment)
-    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment), len(points))
+    columns = ["index", *varying, *HEADLINE, "error"]
+    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment), len(points),
+                         columns)
     skipped = files.resume() if resume else 0
     hashes = [point_hash(p) for p in points]
     todo = [(i, p.model_dump(by_alias=True)) for i, p in enumerate(points)

@@ -1,0 +1,143 @@
+"""Running experiments: outputs, determinism across executors, kill and resume, sweep rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpusim.config import Experiment
+from tpusim.errors import ConfigError, OutputPathError, UserError
+from tpusim.experiments.run import FAULT_ENV, run_experiment
+from tpusim.experiments.spec import expand, load_experiment
+
+EXPERIMENT = """\
+name: small
+description: a quick sweep of GeMMs and one step
+point:
+  kind: gemm
+  hardware: meshslice-tpu-fit
+  mesh: 4x4
+  algorithm: collective
+  dataflow: os
+  m: 4096
+  n: 2048
+  k: 8192
+sweep:
+  grid:
+    algorithm: [collective, meshslice, wang]
+    dataflow: [os, ls, rs]
+  exclude:
+    - {algorithm: wang, dataflow: rs}
+  include:
+    - {kind: collective, op: all-gather, axis: 1, bytes: 64MB, algorithm: collective}
+"""
+
+
+def write(tmp_path: Path, text: str = EXPERIMENT) -> Path:
+    path = tmp_path / "experiment.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_sweep_order_exclude_and_include(tmp_path: Path) -> None:
+    points = expand(load_experiment(write(tmp_path)))
+    assert [(p.kind, p.algorithm, p.dataflow) for p in points] == [
+        ("gemm", "collective", "os"), ("gemm", "collective", "ls"), ("gemm", "collective", "rs"),
+        ("gemm", "meshslice", "os"), ("gemm", "meshslice", "ls"), ("gemm", "meshslice", "rs"),
+        ("gemm", "wang", "os"), ("gemm", "wang", "ls"),
+        ("collective", "collective", "os"),
+    ]
+
+
+def test_outputs_and_rows(tmp_path: Path) -> None:
+    summary = run_experiment(write(tmp_path), tmp_path / "out")
+    assert summary.finished == summary.total == 9
+    files = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"results.csv", "results.json", "run_meta.json"} <= files
+    csv_lines = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(csv_lines) == 10 and csv_lines[0].startswith("index,algorithm,dataflow")
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["points_finished"] == 9 and data["config_hash"]
+    assert "started" not in json.dumps(data)  # times live in run_meta.json only
+    collective_row = summary.rows[-1]
+    assert collective_row["time_s"] == pytest.approx(collective_row["analytic_time_s"], rel=1e-9)
+
+
+def test_byte_identical_across_runs_and_jobs(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    run_experiment(path, tmp_path / "a")
+    run_experiment(path, tmp_path / "b", jobs=2)
+    for name in ("results.csv", "results.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_dask_local_cluster_gives_identical_files(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    path = write(tmp_path)
+    run_experiment(path, tmp_path / "local")
+    run_experiment(path, tmp_path / "dask", executor="dask", jobs=2)
+    for name in ("results.csv", "results.json"):
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes()
+
+
+def test_sigkill_half_way_then_resume_completes_identically(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    run_experiment(path, tmp_path / "clean")
+    env = dict(os.environ, **{FAULT_ENV: "4"})
+    killed = subprocess.run([sys.executable, "-m", "tpusim.cli.main", "run", str(path), "--out",
+                             str(tmp_path / "killed"), "--quiet"], env=env, capture_output=True, text=True)
+    assert killed.returncode == -9  # SIGKILL
+    partial = json.loads((tmp_path / "killed" / "results.json").read_text())
+    assert partial["points_finished"] == 4
+    assert len((tmp_path / "killed" / "results.csv").read_text().splitlines()) == 5
+    summary = run_experiment(path, tmp_path / "killed", resume=True)
+    assert summary.skipped == 4 and summary.finished == 9
+    for name in ("results.csv", "results.json"):
+        assert (tmp_path / "clean" / name).read_bytes() == (tmp_path / "killed" / name).read_bytes()
+
+
+def test_resume_refuses_a_different_experiment(tmp_path: Path) -> None:
+    run_experiment(write(tmp_path), tmp_path / "out")
+    other = write(tmp_path, EXPERIMENT.replace("m: 4096", "m: 8192"))
+    with pytest.raises(OutputPathError, match="different experiment"):
+        run_experiment(other, tmp_path / "out", resume=True)
+
+
+def test_sweep_cap_needs_yes(tmp_path: Path) -> None:
+    path = write(tmp_path, EXPERIMENT + "max_points: 5\n")
+    with pytest.raises(UserError, match="above its max_points of 5; rerun with --yes"):
+        run_experiment(path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # checked before anything ran or was written
+    assert run_experiment(path, tmp_path / "out", yes=True).finished == 9
+
+
+def test_empty_sweep_list_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, EXPERIMENT.replace("dataflow: [os, ls, rs]", "dataflow: []"))
+    with pytest.raises(ConfigError, match="sweep list 'dataflow' is empty"):
+        load_experiment(path)
+
+
+def test_output_path_that_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(OutputPathError, match="is a file"):
+        run_experiment(write(tmp_path), target)
+
+
+def test_an_infeasible_point_keeps_the_others(tmp_path: Path) -> None:
+    text = EXPERIMENT.replace("algorithm: [collective, meshslice, wang]", "algorithm: [collective, cannon]")
+    text = text.replace("mesh: 4x4", "mesh: 8x4")
+    summary = run_experiment(write(tmp_path, text), tmp_path / "out")
+    errors = [r["error"] for r in summary.rows]
+    assert sum(1 for e in errors if "square mesh" in e) == 3
+    assert summary.errors == 3 and summary.finished == summary.total
+
+
+def test_schema_lists_the_point_fields() -> None:
+    schema = Experiment.model_json_schema(by_alias=True)
+    assert "point" in schema["properties"] and "Point" in schema["$defs"]
