@@ -36,6 +36,7 @@ def test_worked_example_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["bytes_sent"] == 16 * 16 * 15 * 4e6  # groups * n * (n-1) * shard
     assert result["transfers"] == 16 * 16 * 2 * 15  # groups * ranks * directions * steps
     assert result["events"] > 0
+    assert result["max_link_utilisation"] == pytest.approx((15 * 2e6 / 45e9) / EXPECTED, rel=1e-9)
     sizes = (result["bytes"], result["unit_bytes"], result["group_size"], result["groups"])
     assert sizes == (64e6, 4e6, 16, 16)
     assert result["mapping"]["topology"] == "tpuv4:4x4x16"

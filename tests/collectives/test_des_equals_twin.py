@@ -129,6 +129,12 @@ def test_chunked_multi_step_shift_claims_no_closed_form(spec: str, offset: int) 
     assert result.time_s >= result.max_link_bytes / 45e9
 
 
+@pytest.mark.parametrize("op", list(Op))
+def test_group_of_one_takes_no_time(op: Op) -> None:
+    result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(op, 0, 1000, offset=0))
+    assert (result.time_s, result.analytic_time_s, result.bytes_sent, result.transfers) == (0, 0, 0, 0)
+
+
 def test_no_closed_form_is_noted() -> None:
     result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(Op.ALL_TO_ALL, 1, 8 * 8 * 1000, chunks=2))
     assert result.analytic_time_s is None

@@ -24,6 +24,7 @@ MESHES = {
     "mesh-3x4": ("tpuv4", lambda: map_mesh(parse_topology("mesh:3x4"), 3, 4)),
     "2x2x4-line": ("tpuv4", lambda: map_mesh(parse_topology("2x2x4"), 4, 4, "x*y,z")),
     "abstract-4x8": ("meshslice-tpu-fit", lambda: abstract_mesh(4, 8)),
+    "ring-1x8": ("tpuv4", lambda: map_mesh(parse_topology("torus:8"), 1, 8)),  # axis 0: groups of one
 }
 ROWS_PER_RANK = 3  # each input has n * 3 rows, so it splits into n parts of 3 rows
 

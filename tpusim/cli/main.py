@@ -12,11 +12,11 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from tpusim.cli import collective, gemm, listing, run, step
+from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError
 from tpusim.errors import TpusimError
 
-COMMANDS = (listing, collective, gemm, step, run)
+COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -131,7 +131,7 @@ def simulate_collective(
         return result
 
     run_spmd(sim, runtime, program, lambda dev: ())
-    elapsed = sim.now
+    elapsed = float(sim.now)
     notes: list[str] = []
     twin = twin_time(spec, hardware, mapping)
     if twin is None:

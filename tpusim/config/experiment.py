@@ -4,7 +4,8 @@
 on what (hardware, topology, chips, mesh), with what (model, algorithm and its parameters, batch, fidelity,
 overrides, calibration scaling). ``sweep.grid`` maps dotted keys of the point (``algorithm``,
 ``scale.beta``) to lists; the points are their cartesian product in the order written (the last key
-varies fastest), minus ``exclude`` matches, plus ``include`` points appended at the end.
+varies fastest), minus ``exclude`` matches, plus ``include`` points appended at the end. With no grid and an
+``include`` list, the include list alone is the sweep.
 """
 
 from __future__ import annotations

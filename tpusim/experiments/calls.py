@@ -29,6 +29,7 @@ from tpusim.model.memory import Recompute
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping, parse_mesh
+from tpusim.tuning.result import TuneResult
 from tpusim.units import UnitError, parse_count, parse_size
 
 MeshLike = str | tuple[int, int]
@@ -162,3 +163,22 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
     return simulate_step(spec, profile, mapping,
                          chip_slowdown=parse_slow_chips(slow_chips, count) or None,
                          link_overrides=parse_slow_links(slow_links, mapping) or None)
+
+
+def tune(*, model: str | TransformerModel, hardware: str | HardwareProfile, chips: int,
+         algorithm: str = "meshslice", batch: int | None = None, topology: str | None = None,
+         prefetch: str | None = None, recompute: str = "none", fidelity: str = "auto", exhaustive: bool = False,
+         ignore_memory: bool = False, allow_infeasible: bool = False, bytes_per_param: float = 16.0,
+         scale: dict[str, float] | None = None) -> TuneResult:
+    """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step."""
+    from tpusim.tuning.search import TuneRequest
+    from tpusim.tuning.search import tune as search
+
+    profile = hardware_of(hardware, scale)
+    request = TuneRequest(
+        model=model_of(model), hardware=profile, chips=chips, algorithm=get_algorithm(algorithm).name,
+        batch=batch, topology=topology, prefetch=None if prefetch is None else Prefetch.parse(prefetch),
+        recompute=Recompute(recompute), fidelity=Fidelity.parse(fidelity), exhaustive=exhaustive,
+        ignore_memory=ignore_memory, allow_infeasible=allow_infeasible, bytes_per_param=bytes_per_param,
+    )
+    return search(request)

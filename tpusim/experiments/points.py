@@ -57,9 +57,14 @@ def _collective(point: Point) -> dict[str, Any]:
 
 
 def _tune(point: Point) -> dict[str, Any]:
-    from tpusim.experiments.tuning_call import tune_point  # the tuner is optional at this layer's import time
-
-    return tune_point(point, _scale(point))
+    assert point.model is not None and point.chips is not None
+    result = calls.tune(
+        model=point.model, hardware=point.hardware, chips=point.chips, algorithm=point.algorithm,
+        batch=point.batch, topology=point.topology, prefetch=point.prefetch, recompute=point.recompute,
+        fidelity=point.fidelity, exhaustive=point.exhaustive, ignore_memory=point.ignore_memory,
+        allow_infeasible=point.allow_infeasible, bytes_per_param=point.bytes_per_param, scale=_scale(point),
+    )
+    return result.to_dict()
 
 
 RUNNERS: dict[str, Callable[[Point], dict[str, Any]]] = {

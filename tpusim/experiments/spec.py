@@ -54,7 +54,9 @@ def expand(experiment: Experiment, source: str = "experiment") -> list[Point]:
     sweep = experiment.sweep
     keys = list(sweep.grid)
     raw: list[dict[str, Any]] = []
-    for values in itertools.product(*(sweep.grid[k] for k in keys)):
+    # with no grid, an include list is the whole sweep (the base point alone is not run as well)
+    grid = itertools.product(*(sweep.grid[k] for k in keys)) if keys or not sweep.include else iter(())
+    for values in grid:
         point = json.loads(json.dumps(base))
         for key, value in zip(keys, values, strict=True):
             _set(point, key, value, source)

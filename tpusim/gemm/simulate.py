@@ -125,7 +125,7 @@ def simulate_gemm(
     sim = Simulation(hardware, mapping, tracer=tracer)
     runtime = CollectiveRuntime(sim, representative=symmetric)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks, only=[(0, 0)] if symmetric else None)
-    elapsed = sim.now
+    elapsed = float(sim.now)
     notes: list[str] = [why] if why else []
     error = None
     if verify:

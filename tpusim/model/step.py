@@ -235,7 +235,7 @@ def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMap
     run_spmd(sim, runtime, _step_program, args, only=[(0, 0)] if symmetric else None)
     ends = {chip: (tl[-1][3] if tl else 0.0) for chip, tl in timelines.items()}
     critical = max(ends, key=lambda c: (ends[c], -c))
-    elapsed = sim.now
+    elapsed = float(sim.now)
     mxu = sim.chips[critical].spans
     comm = runtime.comm_spans.get(critical, [])
     parts = breakdown(mxu, comm, elapsed)

@@ -32,13 +32,12 @@ from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.memory import Recompute
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
-from tpusim.tuning.dp import Plan, best_plans, count_plans, output_flag
+from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin, pass_multiplicity
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
 from tpusim.units import GB
 
-DATAFLOWS = tuple(Dataflow)
 REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
@@ -62,6 +61,7 @@ class TuneRequest:
     ignore_memory: bool = False
     allow_infeasible: bool = False
     refine_meshes: int = REFINE_MESHES
+    dataflows: tuple[Dataflow, ...] = tuple(Dataflow)  # the per-layer dataflows to choose from
     dtype: str = "bf16"
     bytes_per_param: float = 16.0
 
@@ -70,8 +70,9 @@ class _MeshSearch:
     """The options, prices and plans of one candidate mesh."""
 
     def __init__(self, candidate: MeshCandidate, layers: tuple[FFLayer, ...], context: PricingContext,
-                 cache: CostCache, spec: StepSpec, flips: bool) -> None:
+                 cache: CostCache, spec: StepSpec, flips: bool, dataflows: tuple[Dataflow, ...]) -> None:
         self.candidate = candidate
+        self.dataflows = dataflows
         self.layers = layers
         self.context = context
         self.pricer = LayerPricer(context, candidate.mapping, cache)
@@ -101,7 +102,7 @@ class _MeshSearch:
         if key not in self._options:
             ctx = self.context
             self._options[key] = layer_options(self.layers[index], ctx.algorithm, self.candidate.mesh, flag,
-                                               DATAFLOWS, ctx.base, ctx.dtype) if self.flips or not flag else []
+                                               self.dataflows, ctx.base, ctx.dtype) if self.flips or not flag else []
         found = self._options[key]
         if required is None:
             return found
@@ -154,10 +155,11 @@ class _MeshSearch:
         window: set[tuple[int, LayerOption]] = set()
         for plan in plans:
             for index, chosen in enumerate(plan.options):
-                available = self.by_twin(index, chosen.transpose, None)
+                required = plan.start if STAGES[index].closes_residual else None
+                available = self.by_twin(index, chosen.transpose, required)
                 best = {o: t for o, t in available}[chosen]
                 seeds = [chosen]
-                for dataflow in DATAFLOWS:
+                for dataflow in self.dataflows:
                     rivals = [(t, o.describe(), o) for o, t in available if o.dataflow is dataflow]
                     if dataflow is not chosen.dataflow and rivals:
                         cost, _, rival = min(rivals)
@@ -203,7 +205,7 @@ def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
                              pass_multiplicity(spec, candidates[0].mesh))
     layers = ff_layers(model, batch * model.sequence)
     flips = algorithm.parallelism == "2d"
-    searches = [_MeshSearch(c, layers, context, cache, spec, flips) for c in candidates]
+    searches = [_MeshSearch(c, layers, context, cache, spec, flips, request.dataflows) for c in candidates]
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
     if request.exhaustive:

@@ -1,0 +1,46 @@
+"""``tpusim validate`` passes on the reference numbers and fails with exit 3 on a miss; families run."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tpusim.cli.main import main
+from tpusim.experiments import validation
+from tpusim.experiments.reproduce import reproduce
+
+
+def test_validate_passes_and_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["failed"] == 0
+    quantities = [c["quantity"] for c in data["checks"]]
+    assert any("§4.2" in q for q in quantities) and any("§3.8" in q for q in quantities)
+    assert any("DES vs closed form" in q for q in quantities)
+
+
+def test_validate_exits_3_when_a_check_misses(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(validation, "checks", lambda: [validation.Check("made-up", 100.0, 103.0, 0.01)])
+    assert main(["validate"]) == 3
+    captured = capsys.readouterr()
+    assert "MISS" in captured.out
+    assert "1 validation check(s) exceeded their tolerance: made-up" in captured.err
+
+
+def test_slice_sweep_family_writes_its_table_and_figure(tmp_path: Path) -> None:
+    [output] = reproduce("slice-sweep", tmp_path, quick=True)
+    assert output.csv == tmp_path / "slice-sweep" / "slice-sweep.csv"
+    assert output.png.stat().st_size > 10_000
+    rows = list(csv.DictReader(output.csv.open()))
+    assert [(r["model"], r["requested_slices"]) for r in rows][:3] == [("gpt3-175b", "3"), ("gpt3-175b", "4"),
+                                                                        ("gpt3-175b", "6")]
+    assert len(rows) == 13 and all(float(r["step_time_s"]) > 0 for r in rows)
+
+
+def test_unknown_family_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err

@@ -1,0 +1,62 @@
+"""``tpusim reproduce`` (the paper-reproduction families) and ``tpusim validate`` (reference numbers)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tpusim.cli.common import count_arg, emit_json
+from tpusim.errors import ValidationFailed
+from tpusim.experiments.families import family_names
+from tpusim.experiments.reproduce import headline_table, reproduce
+from tpusim.experiments.validation import run_validation
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reproduce", help="run a paper-reproduction family and draw its figure")
+    p.add_argument("family", choices=[*family_names(), "all"])
+    p.add_argument("--out", type=Path, required=True, help="output folder; family X goes to OUT/X/")
+    p.add_argument("--quick", action="store_true", help="pruned tuner instead of exhaustive search")
+    p.add_argument("--hardware", help="run every point on this profile instead of the family's")
+    p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(handler=run)
+    v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
+    v.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    v.set_defaults(handler=validate)
+
+
+def run(args: argparse.Namespace) -> int:
+    outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs)
+    if args.json:
+        emit_json({"families": [{"name": o.name, "csv": str(o.csv), "png": str(o.png), "rows": o.rows}
+                                for o in outputs]})
+        return 0
+    for output in outputs:
+        print(f"{output.name}: {output.csv} and {output.png} ({len(output.rows)} rows)")
+        if output.name == "headline":
+            print(headline_table(output.rows))
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    results = run_validation()
+    failed = [c for c in results if not c.ok]
+    if args.json:
+        emit_json({"checks": [c.to_dict() for c in results], "failed": len(failed)})
+    else:
+        width = max(len(c.quantity) for c in results)
+        print(f"{'quantity':<{width}}  {'reference':>12}  {'simulated':>12}  {'delta':>10}  {'tolerance':>9}")
+        for c in results:
+            flag = "" if c.ok else "  MISS"
+            print(f"{c.quantity:<{width}}  {c.reference:>12.4f}  {c.simulated:>12.4f}  {100 * c.delta:>+9.4f}%"
+                  f"  {100 * c.tolerance:>8.4f}%{flag}")
+        deltas = [abs(c.delta) for c in results]
+        print(f"{len(results)} checks, mean |delta| {100 * sum(deltas) / len(deltas):.5f}%, "
+              f"max |delta| {100 * max(deltas):.5f}%, {len(failed)} over tolerance (times in us)")
+    if failed:
+        raise ValidationFailed(f"{len(failed)} validation check(s) exceeded their tolerance: "
+                               + "; ".join(c.quantity for c in failed[:3]))
+    sys.stdout.flush()
+    return 0
