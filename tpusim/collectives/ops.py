@@ -61,6 +61,18 @@ class CollectiveCall:
         return float(self.nbytes)
 
 
+def result_shape(call: CollectiveCall, tensor: Tensor, n: int) -> Tensor:
+    """The shape (no data) a member's handle delivers, from its own input alone; cheap, for timing."""
+    if call.op in (Op.ALL_GATHER, Op.REDUCE_SCATTER):
+        shape = list(tensor.shape)
+        if call.op is Op.ALL_GATHER:
+            shape[call.dim] *= n
+        else:
+            shape[call.dim] //= n
+        return Tensor(tuple(shape), tensor.dtype)
+    return Tensor(tensor.shape, tensor.dtype)
+
+
 def apply(call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
     """The tensor each rank holds after the collective, given every rank's input in rank order."""
     n = len(inputs)

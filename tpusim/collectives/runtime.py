@@ -17,7 +17,7 @@ import simpy
 
 from tpusim.collectives.analytic import calibrated_channels, calibrated_time
 from tpusim.collectives.executor import execute_plan
-from tpusim.collectives.ops import CollectiveCall, Ring, apply
+from tpusim.collectives.ops import CollectiveCall, Ring, apply, result_shape
 from tpusim.collectives.plans import Plan, build_plan
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -86,7 +86,7 @@ class CollectiveRuntime:
             )
         handle = sim.env.event()
         # what the handle will deliver, known now from shapes alone (lets a GeMM start on a pending operand)
-        handle.expected = apply(call, [tensor.like(tensor.shape)] * size)[rank]  # type: ignore[attr-defined]
+        handle.expected = result_shape(call, tensor, size)  # type: ignore[attr-defined]
         joined_at = sim.env.now
         handle.callbacks.append(
             lambda _: self.comm_spans.setdefault(chip, []).append((joined_at, sim.env.now))

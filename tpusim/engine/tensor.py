@@ -7,6 +7,7 @@ and strided slices, concatenation, splitting) keep shape and data in step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -45,7 +46,7 @@ class Tensor:
 
     def like(self, shape: Sequence[int], data: np.ndarray | None = None) -> Tensor:
         """A tensor of the same dtype with another shape (and data, when this one has data)."""
-        return Tensor(tuple(int(s) for s in shape), self.dtype, data if self.data is not None else None)
+        return Tensor(tuple(shape), self.dtype, data if self.data is not None else None)
 
     def _dim_len(self, dim: int) -> int:
         return self.shape[dim]

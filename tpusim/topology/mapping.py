@@ -129,6 +129,7 @@ class MeshMapping:
     axes: tuple[AxisMapping, AxisMapping]
     chip_grid: np.ndarray = field(repr=False)
     _where: np.ndarray = field(init=False, repr=False)
+    _where_list: tuple[tuple[int, int], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         rows, cols = self.shape
@@ -144,6 +145,8 @@ class MeshMapping:
         where.setflags(write=False)
         object.__setattr__(self, "chip_grid", grid)
         object.__setattr__(self, "_where", where)
+        # plain tuples: group_of runs once per collective call on the hot path
+        object.__setattr__(self, "_where_list", tuple((int(i), int(j)) for i, j in where))
 
     @property
     def num_chips(self) -> int:
@@ -159,7 +162,7 @@ class MeshMapping:
         """(group index, rank) of a chip on a logical axis: (j, i) on axis 0, (i, j) on axis 1."""
         if axis not in (0, 1) or isinstance(axis, bool):
             raise TopologyError(f"logical axis {axis!r} does not exist; valid: 0 (size R) or 1 (size C)")
-        i, j = (int(v) for v in self._where[_check_index(chip, self.num_chips, "chip")])
+        i, j = self._where_list[_check_index(chip, self.num_chips, "chip")]
         return (j, i) if axis == 0 else (i, j)
 
     def describe(self) -> dict[str, Any]:
