@@ -11,9 +11,11 @@ import argparse
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError
+from tpusim.engine.cache import configure_cache
 from tpusim.errors import TpusimError
 
 COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
@@ -29,6 +31,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tpusim", description="Discrete-event simulator of TPUv4 torus clusters.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="keep a disk timing cache in DIR (default: memory only; or set TPUSIM_CACHE_DIR)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)
@@ -40,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args_list
     try:
         args = build_parser().parse_args(args_list)
+        if args.cache is not None:
+            configure_cache(args.cache)
         return int(args.handler(args) or 0)
     except TpusimError as error:
         if debug:

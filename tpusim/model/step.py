@@ -19,6 +19,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.accounting import breakdown
+from tpusim.engine.cache import cache_key, timing_cache
 from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import LinkOverride, Simulation
@@ -248,7 +249,19 @@ def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMap
 def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, *,
                   chip_slowdown: dict[int, float] | None = None,
                   link_overrides: dict[int, LinkOverride] | None = None) -> StepResult:
-    """Simulate (a window of) the step and extrapolate to all layers."""
+    """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters."""
+    key = cache_key("step", spec, hardware, mapping.describe(), chip_slowdown, link_overrides)
+    cached = timing_cache().get(key)
+    if cached is not None:
+        return StepResult(**cached)
+    result = _simulate_step(spec, hardware, mapping, chip_slowdown, link_overrides)
+    timing_cache().put(key, result.to_dict())
+    return result
+
+
+def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
+                   chip_slowdown: dict[int, float] | None,
+                   link_overrides: dict[int, LinkOverride] | None) -> StepResult:
     mesh = mapping.shape
     chips = mesh[0] * mesh[1]
     forward, backward, slices, violations = plan_ops(spec, mesh)

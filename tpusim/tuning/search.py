@@ -33,7 +33,14 @@ from tpusim.model.memory import Recompute
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
-from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin, pass_multiplicity
+from tpusim.tuning.layer_costs import (
+    CostCache,
+    LayerPricer,
+    PricingContext,
+    non_ff_time,
+    non_ff_twin,
+    pass_multiplicity,
+)
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
 from tpusim.units import GB

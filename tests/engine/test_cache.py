@@ -1,0 +1,45 @@
+"""The timing cache: keyed by everything that determines a timing; disk only where the user says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tpusim.api as tp
+from tpusim.engine.cache import cache_key, configure_cache, timing_cache
+from tpusim.hardware import load_hardware, scaled_profile
+
+
+def test_key_changes_with_every_input() -> None:
+    hardware = load_hardware("meshslice-sim")
+    base = cache_key("step", {"mesh": "32x8"}, hardware)
+    assert base == cache_key("step", {"mesh": "32x8"}, hardware)
+    assert base != cache_key("step", {"mesh": "16x16"}, hardware)
+    assert base != cache_key("step", {"mesh": "32x8"}, scaled_profile(hardware, bandwidth=2))
+
+
+def test_cached_step_equals_a_fresh_one_and_disk_round_trips(tmp_path: Path) -> None:
+    cache = timing_cache()
+    cache.clear()
+    configure_cache(tmp_path)
+    try:
+        args = {"model": "gpt3-175b", "hardware": "meshslice-sim", "mesh": "16x16", "algorithm": "collective"}
+        first = tp.step(**args)
+        assert list(tmp_path.glob("*.json"))  # written to the named folder
+        first.notes.append("a caller's annotation must not leak into the cache")
+        again = tp.step(**args)
+        assert cache.hits == 1
+        assert again.step_time_s == first.step_time_s
+        assert "a caller's annotation must not leak into the cache" not in again.notes
+        cache.memory.clear()
+        from_disk = tp.step(**args)
+        assert from_disk.to_dict() == again.to_dict()
+    finally:
+        configure_cache(None)
+        cache.clear()
+
+
+def test_no_disk_cache_unless_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    assert timing_cache().folder is None
+    tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="8x8", algorithm="collective")
+    assert list(tmp_path.iterdir()) == []

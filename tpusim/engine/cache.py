@@ -1,0 +1,96 @@
+"""A timing cache: results keyed by everything that determines them, in memory and optionally on disk.
+
+The key is a hash of a canonical JSON rendering of the inputs (problem, algorithm parameters, mesh and
+its mapping, the whole hardware profile, fidelity, overrides). Memory caching is always on within a
+process; disk caching happens only in a folder the user names (``TPUSIM_CACHE_DIR`` or
+``configure_cache(folder)``), one JSON file per entry, written through a temporary file and a rename.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "TPUSIM_CACHE_DIR"
+_MEMORY_ENTRIES = 4096
+
+
+def _default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    return str(value)
+
+
+def cache_key(*parts: Any) -> str:
+    text = json.dumps(parts, sort_keys=True, default=_default, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class TimingCache:
+    """Least-recently-used memory entries, plus JSON files in ``folder`` when one is set."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder
+        self.memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        value = self.memory.get(key)
+        if value is None and self.folder is not None:
+            path = self.folder / f"{key}.json"
+            if path.exists():
+                try:
+                    value = json.loads(path.read_text())
+                except (OSError, json.JSONDecodeError):
+                    value = None
+        if value is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._remember(key, value)
+        return copy.deepcopy(value)  # callers may annotate what they get; the entry must not change
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._remember(key, value)
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{key}.json"
+            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(value, sort_keys=True))
+            os.replace(tmp, path)
+
+    def _remember(self, key: str, value: dict[str, Any]) -> None:
+        self.memory[key] = value
+        self.memory.move_to_end(key)
+        while len(self.memory) > _MEMORY_ENTRIES:
+            self.memory.popitem(last=False)
+
+    def clear(self) -> None:
+        self.memory.clear()
+        self.hits = self.misses = 0
+
+
+_CACHE = TimingCache(Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else None)
+
+
+def timing_cache() -> TimingCache:
+    return _CACHE
+
+
+def configure_cache(folder: Path | str | None) -> TimingCache:
+    """Set (or, with None, unset) the disk folder of the process-wide cache."""
+    _CACHE.folder = Path(folder) if folder is not None else None
+    return _CACHE
