@@ -20,11 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import tpusim.api as tp
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.cache import configure_cache, timing_cache
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
+from tpusim.experiments import calls
 from tpusim.hardware import load_hardware
+from tpusim.model.registry import load_model
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
 
 GROUP_BYTES = 64_000_000  # 64 MB per gathered tensor
@@ -95,10 +99,120 @@ def allgather_ring_2048_full_s() -> Measurement:
     return Measurement(wall, "s", _info(sim))
 
 
+FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 256 x 2048 tokens
+
+
+def _cold() -> None:
+    """Each timed run starts from an empty timing cache (the disk folder, if any, is a fresh temp dir)."""
+    timing_cache().clear()
+
+
+def gemm_full_s() -> Measurement:
+    """MeshSlice OS, GPT-3 FF1, 16x16 on meshslice-tpu-fit, K = 8, full fidelity."""
+    _cold()
+    begin = time.perf_counter()
+    result = tp.gemm(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
+                     fidelity="full", **FF1)
+    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.time_s, "events": result.events})
+
+
+def layer_full_s() -> Measurement:
+    """One GPT-3 layer forward and backward, 32x8 on meshslice-tpu-fit, MeshSlice K = 8, full fidelity."""
+    _cold()
+    one_layer = load_model("gpt3-175b").model_copy(update={"layers": 1})
+    begin = time.perf_counter()
+    result = tp.step(model=one_layer, hardware="meshslice-tpu-fit", mesh="32x8", algorithm="meshslice", slices=8,
+                     fidelity="full")
+    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s})
+
+
+def gemm_symmetric_ms() -> Measurement:
+    """The GeMM of gemm_full_s in symmetric fidelity: median of 5 warm calls (the cache is bypassed)."""
+    args = dict(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
+                fidelity="symmetric", **FF1)
+    tp.gemm(**args)  # warm imports and registries
+    walls = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        result = tp.gemm(**args)
+        walls.append(time.perf_counter() - begin)
+    return Measurement(1e3 * statistics.median(walls), "ms", {"simulated_s": result.time_s})
+
+
+def gemm_analytic_us() -> Measurement:
+    """The closed-form twin of the same GeMM: median of 50 calls."""
+    args = dict(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
+                fidelity="analytic", **FF1)
+    tp.gemm(**args)
+    walls = []
+    for _ in range(50):
+        begin = time.perf_counter()
+        result = tp.gemm(**args)
+        walls.append(time.perf_counter() - begin)
+    return Measurement(1e6 * statistics.median(walls), "us", {"simulated_s": result.time_s})
+
+
+def step_symmetric_s() -> Measurement:
+    """GPT-3 step, 2048 chips as 256x8 on meshslice-sim, MeshSlice K = 3, fidelity auto, cold cache."""
+    _cold()
+    begin = time.perf_counter()
+    result = tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="256x8", algorithm="meshslice", slices=3)
+    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
+                                                          "fidelity": result.fidelity})
+
+
+def tune_s() -> Measurement:
+    """Default tune for GPT-3 at 2048 chips on meshslice-sim (memory ignored), cold cache."""
+    _cold()
+    begin = time.perf_counter()
+    result = calls.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True)
+    return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
+                                                          "best_step_s": result.best.step_time_s})
+
+
+def _subprocess(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak resident memory (MB) of a child process."""
+    import resource
+    import subprocess
+
+    begin = time.perf_counter()
+    completed = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - begin
+    if completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {completed.stderr.strip()}")
+    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+
+
+def reproduce_quick_s() -> Measurement:
+    """tpusim reproduce all --quick into a temporary folder (a fresh process, cold cache)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        wall, _ = _subprocess([sys.executable, "-m", "tpusim.cli.main", "reproduce", "all", "--quick",
+                               "--out", folder])
+    return Measurement(wall, "s")
+
+
+def peak_rss_mb_gemm_2048_full() -> Measurement:
+    """Peak resident memory of a full-fidelity MeshSlice GeMM (GPT-3 FF1 at 2048 sequences) on 256x8."""
+    code = ("import tpusim.api as tp; tp.gemm(hardware='meshslice-tpu-fit', mesh='256x8', algorithm='meshslice', "
+            "dataflow='os', slices=3, fidelity='full', m=2048*2048, k=12288, n=49152)")
+    _, rss = _subprocess([sys.executable, "-c", code])
+    return Measurement(float(rss), "MB")
+
+
 BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
     "allgather_ring_2048_full_s": allgather_ring_2048_full_s,
+    "gemm_full_s": gemm_full_s,
+    "layer_full_s": layer_full_s,
+    "gemm_symmetric_ms": gemm_symmetric_ms,
+    "gemm_analytic_us": gemm_analytic_us,
+    "step_symmetric_s": step_symmetric_s,
+    "tune_s": tune_s,
+    "reproduce_quick_s": reproduce_quick_s,
+    "peak_rss_mb_gemm_2048_full": peak_rss_mb_gemm_2048_full,
 }
 
 
@@ -133,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat} must be >= 1")
-    report = run(args.only or list(BENCHMARKS), args.repeat)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache_folder:
+        configure_cache(cache_folder)  # cold: a fresh disk cache that disappears afterwards
+        report = run(args.only or list(BENCHMARKS), args.repeat)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -39,6 +39,8 @@ def dtype_bytes(name: str) -> int:
 
 
 def _split(text: str) -> tuple[float, str]:
+    if not isinstance(text, str):
+        raise UnitError(f"cannot parse {text!r} as a number with a unit")
     match = re.fullmatch(_NUMBER + r"\s*([^\s\d].*)?", text.strip())
     if not match:
         raise UnitError(f"cannot parse {text!r} as a number with a unit")

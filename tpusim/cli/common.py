@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,21 @@ def count_arg(flag: str) -> Callable[[str], int]:
             return parse_count(text, flag)
         except UnitError as error:
             raise UsageError(str(error)) from None
+
+    return parse
+
+
+def positive_number_arg(flag: str) -> Callable[[str], float]:
+    """An argparse type for a finite number > 0 (seconds, factors), quoting the text as given when it is not."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{flag} {text!r} must be a finite number > 0")
+        return value
 
     return parse
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tpusim.cli.common import count_arg, emit_json, note
+from tpusim.cli.common import count_arg, emit_json, note, positive_number_arg
 from tpusim.config import Experiment
 from tpusim.experiments.run import run_experiment
 
@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=["local", "dask"], default="local")
     p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     p.add_argument("--resume", action="store_true", help="keep finished points in --out and run the rest")
-    p.add_argument("--timeout", type=float, help="stop after this many seconds, keeping finished points")
+    p.add_argument("--timeout", type=positive_number_arg("--timeout"),
+                   help="stop after this many seconds, keeping finished points")
     p.add_argument("--yes", action="store_true", help="run sweeps larger than the file's max_points")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

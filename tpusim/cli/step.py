@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import UsageError, count_arg, emit_json, note
+from tpusim.cli.common import UsageError, count_arg, emit_json, note, positive_number_arg
 from tpusim.engine.fidelity import Fidelity
 from tpusim.experiments import calls
 from tpusim.gemm.params import Prefetch
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefetch", choices=[x.value for x in Prefetch])
     p.add_argument("--fidelity", choices=[f.value for f in Fidelity if f is not Fidelity.ANALYTIC], default="auto")
     p.add_argument("--recompute", choices=[r.value for r in Recompute], default="none")
-    p.add_argument("--bytes-per-param", type=float, default=16.0, help="weights+grads+optimizer (default 16)")
+    p.add_argument("--bytes-per-param", type=positive_number_arg("--bytes-per-param"), default=16.0,
+                   help="weights+grads+optimizer (default 16)")
     p.add_argument("--ignore-memory", action="store_true", help="do not note memory over capacity")
     p.add_argument("--allow-infeasible", action="store_true",
                    help="time an infeasible point anyway (heads padded, nearest K below) and mark it")
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     transposes = _split(args.transposes)
     result = calls.step(
         model=args.model, hardware=args.hardware, mesh=args.mesh, chips=args.chips, algorithm=args.algorithm,
-        slices=_split(args.slices), dataflows=_split(args.dataflows),
+        slices=args.slices, dataflows=args.dataflows,
         transposes=None if transposes is None else [_transpose_flag(t) for t in transposes],
         variant=args.variant, batch=args.batch, prefetch=args.prefetch, fidelity=args.fidelity,
         recompute=args.recompute, bytes_per_param=args.bytes_per_param, allow_infeasible=args.allow_infeasible,

@@ -40,6 +40,13 @@ class Ring(StrEnum):
     BIDIRECTIONAL = "bi"  # each shard split in halves travelling opposite ways
     UNIDIRECTIONAL = "uni"
 
+    @classmethod
+    def parse(cls, name: str) -> Ring:
+        try:
+            return cls(name)
+        except ValueError:
+            raise unknown_name("ring variant", str(name), [r.value for r in cls]) from None
+
 
 @dataclass(frozen=True)
 class CollectiveCall:

@@ -9,7 +9,7 @@ collective semantics give it. Instances whose members disagree on the operation 
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +76,7 @@ class CollectiveRuntime:
         key = (axis, group, seq)
         instance = self._open.get(key)
         if self.representative:
-            instance = _Instance(call, group, size, {r: tensor for r in range(size)})
+            instance = _Instance(call, group, size)
         elif instance is None:
             instance = self._open[key] = _Instance(call, group, size)
         elif instance.call != call:
@@ -96,10 +96,10 @@ class CollectiveRuntime:
         instance.chips[rank] = chip
         sim.waiting[chip] = lambda: f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
         if self.representative:
-            sim.env.process(self._run(instance))
+            self._start(instance)
         elif len(instance.inputs) == size:
             del self._open[key]
-            sim.env.process(self._run(instance))
+            self._start(instance)
         return handle
 
     def pending(self) -> list[str]:
@@ -109,20 +109,25 @@ class CollectiveRuntime:
             for (axis, group, seq), inst in self._open.items()
         ]
 
-    def _run(self, instance: _Instance) -> Generator[simpy.Event, Any, None]:
+    def _start(self, instance: _Instance) -> None:
+        """All members have joined (or, in symmetric fidelity, are presumed to): run the collective."""
         sim = self.sim
         env = sim.env
         call, n = instance.call, instance.size
-        outputs = apply(call, [instance.inputs[r] for r in range(n)])
+        if self.representative:
+            # every presumed member passed the same shape; only the representative's result is needed
+            outputs = {rank: result_shape(call, tensor, n) for rank, tensor in instance.inputs.items()}
+        else:
+            outputs = dict(enumerate(apply(call, [instance.inputs[r] for r in range(n)])))
         record = CollectiveRecord(call, instance.group, n, env.now)
         self.records.append(record)
         for chip in instance.chips.values():
             self.in_flight[chip] = self.in_flight.get(chip, 0) + 1
 
         def finish(rank: int, when: float) -> None:
-            if rank not in instance.chips:  # a member only presumed, in symmetric fidelity
+            chip = instance.chips.get(rank)
+            if chip is None:  # a member only presumed, in symmetric fidelity
                 return
-            chip = instance.chips[rank]
             record.end = max(record.end, when)
 
             def fire(_: simpy.Event) -> None:
@@ -137,20 +142,25 @@ class CollectiveRuntime:
 
         if n == 1:
             finish(0, env.now)
-            return
-        if sim.calibrated:
+        elif sim.calibrated:
             calibration = sim.hardware.calibration
             assert calibration is not None
             keys = [(call.axis, instance.group, d) for d in calibrated_channels(call, n)]
             _, end = sim.channels.reserve(keys, env.now, calibrated_time(call, n, calibration))
-            for rank in range(n):
+            for rank in list(instance.chips):
                 finish(rank, end)
-            return
+        else:
+            env.process(self._run_physical(instance, finish))
+
+    def _run_physical(self, instance: _Instance, finish: Callable[[int, float], None]
+                      ) -> Generator[simpy.Event, Any, None]:
+        sim = self.sim
+        env = sim.env
         assert sim.links is not None
         overhead = sim.hardware.ici.launch_overhead
         if overhead > 0:
             yield env.timeout(overhead)
-        phases = self._plans_for(call, instance.group)
+        phases = self._plans_for(instance.call, instance.group)
         for index, plan in enumerate(phases):
             last = index == len(phases) - 1
             end = yield env.process(execute_plan(env, sim.links, plan, finish if last else _ignore))

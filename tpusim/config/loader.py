@@ -247,7 +247,8 @@ def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, s
     if kind in ("extra_forbidden", "missing") and path:
         key, parent = path[-1], _render(path[:-1]) or "top level"
         model = _model_at(model_cls, path[:-1])
-        valid = sorted(model.model_fields) if model is not None else []
+        # the keys as written in YAML: a field's alias where it has one (e.g. 'lambda' for lambda_)
+        valid = sorted(f.alias or n for n, f in model.model_fields.items()) if model is not None else []
         if kind == "missing":
             return f"missing required key {key!r} at {parent}", None
         listing = f"; valid keys: {', '.join(valid)}" if valid else ""

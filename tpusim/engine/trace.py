@@ -8,9 +8,12 @@ chrome://tracing. Filters restrict recording to some chips and to a time window.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tpusim.errors import OutputPathError
 
 
 @dataclass
@@ -53,6 +56,17 @@ class Tracer:
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_chrome()))
+
+
+def check_trace_path(path: Path) -> None:
+    """Fail before any simulation if a trace cannot be written to ``path``."""
+    if path.is_dir():
+        raise OutputPathError(f"trace path {str(path)!r} is a directory; give a file path such as trace.json")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputPathError(f"trace path {str(path)!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OutputPathError(f"trace path {str(path)!r} is not writable; give a path in a writable folder")
 
 
 def parse_chip_list(text: str) -> frozenset[int]:

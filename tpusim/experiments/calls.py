@@ -7,7 +7,9 @@ overrides applied, and the layers below do the work.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,8 @@ from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
-from tpusim.engine.trace import Tracer, parse_chip_list
-from tpusim.errors import InfeasibleError, UserError
+from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
+from tpusim.errors import InfeasibleError, TopologyError, UserError, unknown_name
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.dataflow import Dataflow, GemmProblem
 from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
@@ -30,15 +32,33 @@ from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping, parse_mesh
 from tpusim.tuning.result import TuneResult
-from tpusim.units import UnitError, parse_count, parse_size
+from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
 
 MeshLike = str | tuple[int, int]
+SCALE_KEYS = ("alpha", "lambda", "beta", "flops")
+
+
+def count_of(value: Any, what: str) -> int:
+    """A count given by the caller (chips, batch, slices, a GeMM dimension): an integer >= 1."""
+    try:
+        return parse_count(value, what)
+    except UnitError as error:
+        raise UserError(str(error)) from None
+
+
+def _check_scale(scale: dict[str, float]) -> None:
+    for key, value in scale.items():
+        if key not in SCALE_KEYS:
+            raise unknown_name("scale key", str(key), SCALE_KEYS)
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise UserError(f"scale {key} {value!r} must be a number; valid: a finite factor > 0")
 
 
 def hardware_of(hardware: str | HardwareProfile, scale: dict[str, float] | None = None) -> HardwareProfile:
     """A profile by name or as given, scaled where asked (keys alpha, lambda, beta, flops)."""
     profile = load_hardware(hardware) if isinstance(hardware, str) else hardware
     if scale:
+        _check_scale(scale)
         profile = scaled_profile(profile, bandwidth=scale.get("beta", 1.0), latency=scale.get("lambda", 1.0),
                                  overhead=scale.get("alpha", 1.0), flops=scale.get("flops", 1.0))
     return profile
@@ -51,8 +71,11 @@ def model_of(model: str | TransformerModel) -> TransformerModel:
 def mesh_of(mesh: MeshLike) -> tuple[int, int]:
     if isinstance(mesh, str):
         return parse_mesh(mesh)
-    rows, cols = mesh
-    return int(rows), int(cols)
+    pair = tuple(mesh) if isinstance(mesh, tuple | list) else ()
+    if len(pair) != 2 or not all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in pair):
+        raise TopologyError(f"mesh {mesh!r} is not a mesh shape; valid: 'RxC' (e.g. '16x16') or a pair (R, C) "
+                            "of integers >= 1")
+    return int(pair[0]), int(pair[1])
 
 
 def _mapping(hardware: HardwareProfile, mesh: tuple[int, int], topology: str | None,
@@ -79,8 +102,9 @@ def collective(*, hardware: str | HardwareProfile, mesh: MeshLike, axis: int, op
         raise UserError(f"bytes: {error}") from None
     if size != int(size):
         raise UserError(f"bytes {bytes!r} is not a whole number of bytes")
+    chunks = count_of(chunks, "chunks")
     mapping = _mapping(profile, shape, topology, axis_map)
-    spec = CollectiveSpec(Op.parse(op), axis, int(size), Ring(ring), chunks, root, offset)
+    spec = CollectiveSpec(Op.parse(op), axis, int(size), Ring.parse(ring), chunks, root, offset)
     return simulate_collective(spec, profile, mapping,
                                chip_slowdown=parse_slow_chips(slow_chips, shape[0] * shape[1]) or None,
                                link_overrides=parse_slow_links(slow_links, mapping) or None)
@@ -96,8 +120,17 @@ def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dat
     profile = hardware_of(hardware, scale)
     name = get_algorithm(algorithm).name
     shape = mesh_of(mesh)
+    m, n, k = count_of(m, "m"), count_of(n, "n"), count_of(k, "k")
+    if slices is not None:
+        slices = count_of(slices, "slices")
+    block = count_of(block, "block")
+    try:
+        dtype_bytes(dtype)
+    except UnitError as error:
+        raise UserError(f"dtype: {error}") from None
     tracer = None
     if trace is not None:
+        check_trace_path(Path(trace))
         try:
             tracer = Tracer(chips=parse_chip_list(trace_chips) if trace_chips else None)
         except ValueError as error:
@@ -116,10 +149,13 @@ def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dat
 
 
 def per_layer(value: Any, what: str, parse: Any) -> tuple[Any, ...] | None:
-    """One value for all four FF layers, or one each."""
+    """One value for all four FF layers, or one each (a list, or a comma-separated string such as 'os,ls,os,ls')."""
     if value is None:
         return None
-    values = list(value) if isinstance(value, list | tuple) else [value]
+    if isinstance(value, str):
+        values: list[Any] = [part.strip() for part in value.split(",")]
+    else:
+        values = list(value) if isinstance(value, list | tuple) else [value]
     if len(values) == 1:
         values = values * len(FF_LAYERS)
     if len(values) != len(FF_LAYERS):
@@ -128,10 +164,23 @@ def per_layer(value: Any, what: str, parse: Any) -> tuple[Any, ...] | None:
 
 
 def _slice_count(value: Any) -> int:
-    try:
-        return parse_count(value, "slices")
-    except UnitError as error:
-        raise UserError(str(error)) from None
+    return count_of(value, "slices")
+
+
+def _flag(value: Any) -> bool:
+    """A per-layer transposition: True/False, 1/0 or their strings."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if not isinstance(value, float) and text in ("0", "1", "true", "false"):
+        return text in ("1", "true")
+    raise UserError(f"transposes value {value!r} must be 0 or 1 (or true/false)")
+
+
+def _bytes_per_param(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+        raise UserError(f"bytes_per_param {value!r} must be a finite number > 0 (e.g. 16: weights, grads, Adam)")
+    return float(value)
 
 
 def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh: MeshLike,
@@ -147,17 +196,21 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
     alg = get_algorithm(algorithm)
     shape = mesh_of(mesh)
     count = shape[0] * shape[1]
-    if chips is not None and chips != count:
-        raise UserError(f"mesh {shape[0]}x{shape[1]} has {count} chips but chips is {chips}")
+    if chips is not None and count_of(chips, "chips") != count:
+        raise UserError(f"mesh {shape[0]}x{shape[1]} has {count} chips but chips is {chips}; "
+                        f"valid: a mesh R x C with R * C = {chips}, or chips {count}")
+    if batch is not None:
+        batch = count_of(batch, "batch")
+    bytes_per_param = _bytes_per_param(bytes_per_param)
     layer_slices = per_layer(slices, "slices", _slice_count)
     if layer_slices is not None and not alg.uses_slices:
         raise InfeasibleError(f"--slices {slices} does not apply to algorithm {alg.name!r}; "
                               "only 'meshslice' takes a slice count")
     layer_dataflows = per_layer(dataflows, "dataflows", Dataflow.parse)
-    layer_transposes = per_layer(transposes, "transposes", bool)
+    layer_transposes = per_layer(transposes, "transposes", _flag)
     mapping = _mapping(profile, shape, topology, axis_map)
     spec = StepSpec(transformer, alg.name, batch or count, layer_slices, layer_dataflows, layer_transposes,
-                    _prefetch(profile, prefetch), variant, Recompute(recompute), bytes_per_param,
+                    _prefetch(profile, prefetch), variant, Recompute.parse(recompute), bytes_per_param,
                     allow_infeasible=allow_infeasible, extrapolate=not all_layers,
                     fidelity=Fidelity.parse(fidelity))
     return simulate_step(spec, profile, mapping,
@@ -175,10 +228,14 @@ def tune(*, model: str | TransformerModel, hardware: str | HardwareProfile, chip
     from tpusim.tuning.search import tune as search
 
     profile = hardware_of(hardware, scale)
+    chips = count_of(chips, "chips")
+    if batch is not None:
+        batch = count_of(batch, "batch")
     request = TuneRequest(
         model=model_of(model), hardware=profile, chips=chips, algorithm=get_algorithm(algorithm).name,
         batch=batch, topology=topology, prefetch=None if prefetch is None else Prefetch.parse(prefetch),
-        recompute=Recompute(recompute), fidelity=Fidelity.parse(fidelity), exhaustive=exhaustive,
-        ignore_memory=ignore_memory, allow_infeasible=allow_infeasible, bytes_per_param=bytes_per_param,
+        recompute=Recompute.parse(recompute), fidelity=Fidelity.parse(fidelity), exhaustive=exhaustive,
+        ignore_memory=ignore_memory, allow_infeasible=allow_infeasible,
+        bytes_per_param=_bytes_per_param(bytes_per_param),
     )
     return search(request)

@@ -8,6 +8,7 @@ run kill itself with SIGKILL after writing its n-th point: the tests use it to p
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -75,6 +76,8 @@ def run_experiment(
         raise UserError(f"--executor {executor!r} is unknown; valid: local, dask")
     if jobs < 1:
         raise UserError(f"--jobs {jobs} must be an integer >= 1")
+    if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--timeout {timeout!r} must be a finite number of seconds > 0")
     points = expand(experiment, source)
     if len(points) > experiment.max_points and not yes:
         raise UserError(f"{source}: the sweep has {len(points)} points, above its max_points of "

@@ -14,12 +14,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tpusim.config import TransformerModel
+from tpusim.errors import unknown_name
 
 
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+
+    @classmethod
+    def parse(cls, name: str) -> Recompute:
+        try:
+            return cls(name)
+        except ValueError:
+            raise unknown_name("recompute policy", str(name), [r.value for r in cls]) from None
 
 
 @dataclass(frozen=True)

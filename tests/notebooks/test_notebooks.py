@@ -1,0 +1,133 @@
+"""The example notebooks run top to bottom with small parameters and produce their figures and conclusions.
+
+Each notebook's cell tagged ``parameters`` is a plain sequence of ``NAME = value`` lines; the tests replace it
+with small settings (16 chips) and execute the notebook in a temporary working directory, where the traces
+and images it writes land.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import tpusim.api as tp
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+COMPARE = "compare_algorithms.ipynb"
+EXPLORE = "explore_mesh_and_slices.ipynb"
+
+SMALL: dict[str, dict[str, Any]] = {
+    COMPARE: {"MODEL": "gpt3-175b", "HARDWARE": "meshslice-sim", "CHIPS": 16, "MESH": "4x4", "SLICES": 2,
+              "SMALL": True},
+    EXPLORE: {"MODEL": "gpt3-175b", "HARDWARE": "meshslice-sim", "CHIPS": 16, "SLICE_CANDIDATES": [1, 2, 4]},
+}
+BEST = re.compile(r"Best configuration: mesh (\d+)x(\d+), K = (\d+), step time ([0-9.]+) s")
+
+
+def parameters_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    cells = [cell for cell in nb.cells if "parameters" in cell.metadata.get("tags", [])]
+    assert len(cells) == 1, "exactly one cell must be tagged 'parameters'"
+    return cells[0]
+
+
+def assigned_names(source: str) -> list[str]:
+    """The names a parameters cell assigns; fails unless every statement is ``NAME = literal``."""
+    names = []
+    for statement in ast.parse(source).body:
+        assert isinstance(statement, ast.Assign), f"not a simple assignment: {ast.unparse(statement)}"
+        assert len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name), ast.unparse(statement)
+        ast.literal_eval(statement.value)
+        names.append(statement.targets[0].id)
+    return names
+
+
+def execute(name: str, workdir: Path) -> tuple[nbformat.NotebookNode, float]:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    parameters_cell(nb).source = "\n".join(f"{key} = {value!r}" for key, value in SMALL[name].items())
+    started = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
+    return nb, time.perf_counter() - started
+
+
+def outputs(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [output for cell in nb.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+
+
+def stdout(nb: nbformat.NotebookNode) -> str:
+    return "".join(o.text for o in outputs(nb) if o.output_type == "stream" and o.name == "stdout")
+
+
+def count(nb: nbformat.NotebookNode, mime: str) -> int:
+    return sum(1 for o in outputs(nb) if mime in o.get("data", {}))
+
+
+@pytest.fixture(scope="module")
+def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[nbformat.NotebookNode, Path, float]:
+    workdir = tmp_path_factory.mktemp("compare")
+    nb, seconds = execute(COMPARE, workdir)
+    return nb, workdir, seconds
+
+
+@pytest.fixture(scope="module")
+def explore_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[nbformat.NotebookNode, Path, float]:
+    workdir = tmp_path_factory.mktemp("explore")
+    nb, seconds = execute(EXPLORE, workdir)
+    return nb, workdir, seconds
+
+
+@pytest.mark.parametrize("name", [COMPARE, EXPLORE])
+def test_stored_notebook_is_clean_and_parameterisable(name: str) -> None:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(nb)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert code[0] is parameters_cell(nb), "the parameters cell must be the first code cell"
+    assert sorted(assigned_names(parameters_cell(nb).source)) == sorted(SMALL[name])
+    for cell in code:
+        assert cell.outputs == [] and cell.execution_count is None, "commit notebooks with outputs cleared"
+
+
+def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat.NotebookNode, Path, float]) -> None:
+    nb, workdir, seconds = compare_run
+    assert not [o for o in outputs(nb) if o.output_type == "error"]
+    assert seconds < 60, f"took {seconds:.1f} s"
+    assert count(nb, "image/png") >= 2  # the stacked bar chart and the GeMM timeline
+    assert count(nb, "text/html") >= 1  # the results table
+    text = stdout(nb)
+    for label in ("collective", "wang", "summa", "cannon", "meshslice K=2", "tp1d"):  # 4x4 is square: Cannon runs
+        assert re.search(rf"{re.escape(label)} on +\S+: +[0-9.]+ s/step", text), label
+    assert "skipped" not in text
+    assert (workdir / "step_time_by_algorithm.png").stat().st_size > 0
+    assert (workdir / "meshslice_ff1_timeline.png").stat().st_size > 0
+    assert (workdir / "meshslice_ff1_trace.json").stat().st_size > 0
+    overlap = re.search(r"(\d+) GeMM slices; (\d+) of (\d+) collectives run entirely under a GeMM", text)
+    assert overlap, text
+    slices, hidden, total = map(int, overlap.groups())
+    assert slices == SMALL[COMPARE]["SLICES"]
+    assert 0 < hidden < total  # slice 1's all-gathers hide under slice 0's GeMM; slice 0's fill the pipeline
+
+
+def test_explore_mesh_and_slices_runs_with_small_settings(
+        explore_run: tuple[nbformat.NotebookNode, Path, float]) -> None:
+    nb, workdir, seconds = explore_run
+    assert not [o for o in outputs(nb) if o.output_type == "error"]
+    assert seconds < 60, f"took {seconds:.1f} s"
+    assert count(nb, "image/png") >= 1
+    assert count(nb, "text/markdown") >= 1  # the computed conclusion
+    assert (workdir / "mesh_slices_heatmap.png").stat().st_size > 0
+    best = BEST.search(stdout(nb))
+    assert best, stdout(nb)
+    rows, cols, k = (int(g) for g in best.groups()[:3])
+    params = SMALL[EXPLORE]
+    assert rows * cols == params["CHIPS"] and rows >= 2 and cols >= 2
+    assert k in params["SLICE_CANDIDATES"]
+    # the printed best is what the API gives for that cell
+    again = tp.step(model=params["MODEL"], hardware=params["HARDWARE"], mesh=f"{rows}x{cols}", algorithm="meshslice",
+                    slices=k)
+    assert again.step_time_s == pytest.approx(float(best.group(4)), abs=5e-4)
