@@ -119,3 +119,17 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
     assert step.fidelity == "full"
     clean = simulate_step(StepSpec(TINY, "collective", 32), hardware, mapping)
     assert clean.fidelity == "symmetric" and step.step_time_s > clean.step_time_s
+
+
+@pytest.mark.parametrize("mesh", [(4, 4), (8, 8)])
+@pytest.mark.parametrize("hw", ["meshslice-sim", "meshslice-tpu-fit"])
+def test_cannon_representative_block_equals_full_for_a_whole_step(mesh: tuple[int, int], hw: str) -> None:
+    hardware, mapping = mapping_for(hw, *mesh)
+    model = replace(TINY, heads=mesh[1], head_dim=512 // mesh[1]) if TINY.heads % mesh[1] else TINY
+    spec = StepSpec(model, "cannon", mesh[0] * 2, fidelity=Fidelity.FULL)
+    full = simulate_step(spec, hardware, mapping)
+    reduced = simulate_step(replace(spec, fidelity=Fidelity.AUTO), hardware, mapping)
+    assert reduced.fidelity == "symmetric"
+    assert reduced.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert sum(o["time_s"] for o in reduced.per_layer) == pytest.approx(sum(o["time_s"] for o in full.per_layer),
+                                                                         rel=1e-9)

@@ -188,6 +188,8 @@ def run_spmd(
     """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh (or the ``only`` ones)."""
     rows, cols = sim.mapping.shape
     processes = {}
+    if only is None:
+        only = runtime.representatives
     indices = list(only) if only is not None else [(i, j) for i in range(rows) for j in range(cols)]
     for i, j in indices:
         dev = Device(sim, runtime, (i, j))

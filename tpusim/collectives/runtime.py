@@ -9,7 +9,7 @@ collective semantics give it. Instances whose members disagree on the operation 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,11 +49,21 @@ class CollectiveRuntime:
     """The collectives of one simulation."""
 
     def __init__(self, sim: Simulation, *, ring: Ring = Ring.BIDIRECTIONAL, chunks: int = 1,
-                 representative: bool = False) -> None:
+                 representative: bool = False,
+                 representatives: Sequence[tuple[int, int]] | None = None) -> None:
         self.sim = sim
-        # symmetric fidelity: only a representative chip runs; its collectives stand for identical ones
-        # on every group, so each starts at once with every member presumed to have joined with it
-        self.representative = representative
+        # symmetric fidelity: only representative chips run; a collective starts once the representatives
+        # of its group have joined, every other member presumed to have joined no later (they behave alike)
+        if representative and representatives is None:
+            representatives = [(0, 0)]
+        self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
+        self.representative = self.representatives is not None
+        self._expected: dict[tuple[int, int], int] = {}
+        for index in self.representatives or ():
+            chip = sim.mapping.chip(*index)
+            for axis in (0, 1):
+                group = sim.mapping.group_of(axis, chip)[0]
+                self._expected[(axis, group)] = self._expected.get((axis, group), 0) + 1
         self.ring = ring
         self.chunks = chunks
         self._seq: dict[tuple[int, int], int] = {}
@@ -75,9 +85,7 @@ class CollectiveRuntime:
         self._seq[(chip, axis)] = seq + 1
         key = (axis, group, seq)
         instance = self._open.get(key)
-        if self.representative:
-            instance = _Instance(call, group, size)
-        elif instance is None:
+        if instance is None:
             instance = self._open[key] = _Instance(call, group, size)
         elif instance.call != call:
             raise SimulationError(
@@ -95,9 +103,8 @@ class CollectiveRuntime:
         instance.handles[rank] = handle
         instance.chips[rank] = chip
         sim.waiting[chip] = lambda: f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
-        if self.representative:
-            self._start(instance)
-        elif len(instance.inputs) == size:
+        members = self._expected.get((axis, group), 0) if self.representative else size
+        if len(instance.inputs) == members:
             del self._open[key]
             self._start(instance)
         return handle

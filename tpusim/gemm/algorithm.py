@@ -74,6 +74,15 @@ class GemmAlgorithm(ABC):
         del params, calibrated
         return True
 
+    def representatives(self, mesh: tuple[int, int], params: GemmParams, calibrated: bool) -> list[tuple[int, int]]:
+        """The chips symmetric fidelity runs: one suffices where every chip behaves alike.
+
+        Algorithms whose chips differ by position but are dominated by a few (Cannon's largest skews)
+        return those; a test proves the reduction equals full fidelity.
+        """
+        del mesh, params, calibrated
+        return [(0, 0)]
+
     def sharding(self, problem: GemmProblem, mesh: tuple[int, int]) -> Sharding:
         """Where X, W and Y live; 2D algorithms use the layout's placement."""
         del mesh

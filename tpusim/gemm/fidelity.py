@@ -33,3 +33,9 @@ def resolve_fidelity(requested: Fidelity, obstacle: str | None) -> tuple[Fidelit
         raise InfeasibleError(f"--fidelity symmetric is not exact here: {obstacle}",
                               "use --fidelity auto or full")
     return requested, None
+
+
+def representative_chips(algorithm: GemmAlgorithm, params: GemmParams, hardware: HardwareProfile,
+                         mapping: MeshMapping) -> list[tuple[int, int]]:
+    """The chips a symmetric run simulates."""
+    return algorithm.representatives(mapping.shape, params, hardware.kind == "calibrated")

@@ -26,7 +26,7 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
-from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
+from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import assemble, block_shape, take_block
 from tpusim.topology import MeshMapping
@@ -123,8 +123,9 @@ def simulate_gemm(
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
     sim = Simulation(hardware, mapping, tracer=tracer)
-    runtime = CollectiveRuntime(sim, representative=symmetric)
-    outputs = run_spmd(sim, runtime, algorithm.program, blocks, only=[(0, 0)] if symmetric else None)
+    reps = representative_chips(algorithm, params, hardware, mapping) if symmetric else None
+    runtime = CollectiveRuntime(sim, representatives=reps)
+    outputs = run_spmd(sim, runtime, algorithm.program, blocks)
     elapsed = float(sim.now)
     notes: list[str] = [why] if why else []
     error = None
@@ -133,7 +134,7 @@ def simulate_gemm(
         got = assemble({i: t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
     finish = {c.id: max([e for _, e in c.spans], default=0.0) for c in sim.chips if c.spans}
-    finish.setdefault(mapping.chip(0, 0), 0.0)
+    finish.setdefault(mapping.chip(*next(iter(outputs))), 0.0)
     for chip, spans in runtime.comm_spans.items():
         finish[chip] = max(finish[chip], max(e for _, e in spans))
     critical = max(finish, key=lambda c: (finish[c], -c))
@@ -143,7 +144,7 @@ def simulate_gemm(
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
     links = None if symmetric else sim.links
     if symmetric and sim.links is not None:
-        notes.append("symmetric fidelity: one representative chip; per-link totals are not reported")
+        notes.append("symmetric fidelity: representative chips only; per-link totals are not reported")
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,

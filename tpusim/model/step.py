@@ -27,7 +27,7 @@ from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
 from tpusim.gemm.dataflow import Dataflow
-from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
+from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, Prefetch
 from tpusim.gemm.sharding import block_shape
 from tpusim.gemm.simulate import check_gemm
@@ -224,16 +224,18 @@ def _step_program(dev: Device, forward: tuple[Op, ...], backward: tuple[Op, ...]
 def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, layers: int,
                      forward: tuple[Op, ...], backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm],
                      chip_slowdown: dict[int, float] | None,
-                     link_overrides: dict[int, LinkOverride] | None, symmetric: bool) -> _Window:
+                     link_overrides: dict[int, LinkOverride] | None,
+                     representatives: list[tuple[int, int]] | None) -> _Window:
+    symmetric = representatives is not None
     sim = Simulation(hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
-    runtime = CollectiveRuntime(sim, representative=symmetric)
+    runtime = CollectiveRuntime(sim, representatives=representatives)
     timelines: dict[int, list[tuple[str, int, float, float]]] = {}
 
     def args(dev: Device) -> tuple:
         timelines[dev.chip_id] = []
         return (forward, backward, layers, prepared, timelines[dev.chip_id], True)
 
-    run_spmd(sim, runtime, _step_program, args, only=[(0, 0)] if symmetric else None)
+    run_spmd(sim, runtime, _step_program, args)
     ends = {chip: (tl[-1][3] if tl else 0.0) for chip, tl in timelines.items()}
     critical = max(ends, key=lambda c: (ends[c], -c))
     elapsed = float(sim.now)
@@ -274,13 +276,14 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     if fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
+    reps = representative_chips(algorithm, params, hardware, mapping) if fidelity is Fidelity.SYMMETRIC else None
     total_layers = spec.model.layers
     if spec.extrapolate and total_layers > spec.window + 1:
         sizes = [spec.window, spec.window + 1]
     else:
         sizes = [total_layers]
     windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
-                                link_overrides, fidelity is Fidelity.SYMMETRIC) for n in sizes]
+                                link_overrides, reps) for n in sizes]
 
     def extrapolate(values: list[float]) -> float:
         if len(values) == 1:

@@ -55,9 +55,18 @@ class Cannon(GemmAlgorithm):
     variants = (TEXTBOOK, HALVES)
 
     def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
-        # the textbook skew shifts each row and column by its own rank, so chips differ
-        del calibrated
-        return (params.variant or TEXTBOOK) != TEXTBOOK
+        # the textbook skew shifts each row and column by its own rank, so chips differ; on the calibrated
+        # network the chips with the longest skews and unskews dominate their groups (see representatives)
+        return calibrated or (params.variant or TEXTBOOK) != TEXTBOOK
+
+    def representatives(self, mesh: tuple[int, int], params: GemmParams, calibrated: bool) -> list[tuple[int, int]]:
+        if (params.variant or TEXTBOOK) != TEXTBOOK:
+            return [(0, 0)]
+        # skews of ranks n/2 and unskews of rank n/2 + 1 are the longest (at most n/2 hops); the block of
+        # chips holding those ranks on both axes finishes last in every group it belongs to
+        n = mesh[0]
+        ranks = sorted({n // 2 % n, (n // 2 + 1) % n})
+        return [(i, j) for i in ranks for j in ranks]
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)
