@@ -12,10 +12,10 @@ DataFrame; pandas is imported only then). Errors are :class:`tpusim.errors.Tpusi
 from __future__ import annotations
 
 from tpusim.collectives.simulate import CollectiveResult
-from tpusim.experiments.calls import collective, gemm, step
+from tpusim.experiments.calls import collective, gemm, step, tune
 from tpusim.experiments.run import RunSummary, run_experiment
 from tpusim.gemm.simulate import GemmResult
 from tpusim.model.step import StepResult
 
 __all__ = ["CollectiveResult", "GemmResult", "RunSummary", "StepResult", "collective", "gemm", "run_experiment",
-           "step"]
+           "step", "tune"]

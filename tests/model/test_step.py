@@ -133,3 +133,20 @@ def test_cannon_representative_block_equals_full_for_a_whole_step(mesh: tuple[in
     assert reduced.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
     assert sum(o["time_s"] for o in reduced.per_layer) == pytest.approx(sum(o["time_s"] for o in full.per_layer),
                                                                          rel=1e-9)
+
+
+def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly() -> None:
+    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+    base = StepSpec(TINY, "collective", 8, fidelity=Fidelity.FULL)
+    plain = simulate_step(base, hardware, mapping)
+    assert plain.switches["embedding_lm_head"] is False and plain.switches["optimizer_update"] is False
+    both = replace(base, embedding=True, optimizer=True)
+    window = simulate_step(both, hardware, mapping)
+    every = simulate_step(replace(both, extrapolate=False), hardware, mapping)
+    assert window.switches["embedding_lm_head"] is True and window.switches["optimizer_update"] is True
+    assert window.step_time_s == pytest.approx(every.step_time_s, rel=1e-9)
+    assert window.step_time_s > plain.step_time_s
+    # the optimizer alone adds exactly its HBM traffic: fp32 master + 2 moments read and written, bf16 w and g
+    optimizer = simulate_step(replace(base, optimizer=True), hardware, mapping)
+    params = TINY.params_per_layer * TINY.layers / 16
+    assert optimizer.step_time_s - plain.step_time_s == pytest.approx(params * 28 / 1.2e12, rel=1e-9)

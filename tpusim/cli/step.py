@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-infeasible", action="store_true",
                    help="time an infeasible point anyway (heads padded, nearest K below) and mark it")
     p.add_argument("--all-layers", action="store_true", help="simulate every layer instead of extrapolating")
+    p.add_argument("--embedding", action="store_true", help="include the embedding and LM head (off by default)")
+    p.add_argument("--optimizer", action="store_true", help="include the Adam update (off by default)")
     add_overrides(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         variant=args.variant, batch=args.batch, prefetch=args.prefetch, fidelity=args.fidelity,
         recompute=args.recompute, bytes_per_param=args.bytes_per_param, allow_infeasible=args.allow_infeasible,
         all_layers=args.all_layers, topology=args.topology, axis_map=args.axis_map, slow_chips=args.slow_chip,
-        slow_links=args.slow_link,
+        slow_links=args.slow_link, embedding=args.embedding, optimizer=args.optimizer,
     )
     if not result.memory_feasible and not args.ignore_memory:
         result.notes.append(f"memory over capacity by {format_size(result.memory_shortfall_bytes)} per chip; "

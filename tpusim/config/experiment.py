@@ -61,6 +61,8 @@ class Point(FrozenModel):
     ignore_memory: bool = False
     allow_infeasible: bool = False
     exhaustive: bool = False
+    embedding: bool = False
+    optimizer: bool = False
     overrides: Overrides = Field(default_factory=Overrides)
     scale: Scale = Field(default_factory=Scale)
     # kind: gemm

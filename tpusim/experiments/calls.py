@@ -189,7 +189,8 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
          prefetch: str | None = None, fidelity: str = "auto", recompute: str = "none",
          bytes_per_param: float = 16.0, allow_infeasible: bool = False, all_layers: bool = False,
          topology: str | None = None, axis_map: str | None = None, slow_chips: Sequence[str] = (),
-         slow_links: Sequence[str] = (), scale: dict[str, float] | None = None) -> StepResult:
+         slow_links: Sequence[str] = (), scale: dict[str, float] | None = None,
+         embedding: bool = False, optimizer: bool = False) -> StepResult:
     """Simulate one training step."""
     transformer = model_of(model)
     profile = hardware_of(hardware, scale)
@@ -212,7 +213,7 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
     spec = StepSpec(transformer, alg.name, batch or count, layer_slices, layer_dataflows, layer_transposes,
                     _prefetch(profile, prefetch), variant, Recompute.parse(recompute), bytes_per_param,
                     allow_infeasible=allow_infeasible, extrapolate=not all_layers,
-                    fidelity=Fidelity.parse(fidelity))
+                    fidelity=Fidelity.parse(fidelity), embedding=bool(embedding), optimizer=bool(optimizer))
     return simulate_step(spec, profile, mapping,
                          chip_slowdown=parse_slow_chips(slow_chips, count) or None,
                          link_overrides=parse_slow_links(slow_links, mapping) or None)

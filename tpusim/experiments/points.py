@@ -30,6 +30,7 @@ def _step(point: Point) -> dict[str, Any]:
         recompute=point.recompute, bytes_per_param=point.bytes_per_param,
         allow_infeasible=point.allow_infeasible, topology=point.topology, axis_map=point.axis_map,
         slow_chips=point.overrides.slow_chips, slow_links=point.overrides.slow_links, scale=_scale(point),
+        embedding=point.embedding, optimizer=point.optimizer,
     )
     return result.to_dict()
 

@@ -194,3 +194,42 @@ def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) 
     gemm = 3 * 2.0 * tokens * (3 * h * h + h * h + 2 * h * f)
     attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
     return gemm + 3 * attention_fwd
+
+
+def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:
+    """Vocabulary padded to a multiple of 128 x R x C, so the LM head splits evenly (Megatron pads likewise)."""
+    unit = 128 * mesh[0] * mesh[1]
+    return -(-model.vocabulary // unit) * unit
+
+
+def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: tuple[int, int], dtype: str,
+                *, embedding: bool, optimizer: bool, chips: int,
+                dataflow: Dataflow | None = None) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """Once-per-step work outside the blocks: (before the blocks, between forward and backward, after).
+
+    ``embedding`` adds the token-embedding lookup and its gradient, and the LM head (a distributed GeMM
+    onto the padded vocabulary, forward and backward, plus the softmax cross-entropy); ``optimizer`` adds
+    the Adam update, HBM-bound over this chip's share of the parameters (fp32 master weights and two moments
+    read and written, bf16 weight and gradient).
+    """
+    b = dtype_bytes(dtype)
+    act = shape.tokens_per_chip * shape.hidden_per_chip
+    before: list[Op] = []
+    middle: list[Op] = []
+    after: list[Op] = []
+    if embedding:
+        vocab = padded_vocabulary(model, mesh)
+        head = FFLayer("lm_head", tokens, model.hidden, vocab,
+                       dataflow or heuristic_dataflow(tokens, model.hidden, vocab))
+        logits = shape.tokens_per_chip * vocab / (chips / (tokens / shape.tokens_per_chip))
+        before.append(LocalOp("embedding", 0.0, 2 * b * act))
+        middle += [GemmOp("lm_head", Pass.FORWARD, head.gemm(Pass.FORWARD, dtype)),
+                   LocalOp("loss", 0.0, 2 * b * logits),
+                   LocalOp("loss.bwd", 0.0, 2 * b * logits),
+                   GemmOp("lm_head", Pass.BACKWARD_DATA, head.gemm(Pass.BACKWARD_DATA, dtype)),
+                   GemmOp("lm_head", Pass.BACKWARD_WEIGHT, head.gemm(Pass.BACKWARD_WEIGHT, dtype))]
+        after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act))
+    if optimizer:
+        params = model.params_per_layer * model.layers / chips
+        after.append(LocalOp("optimizer", 0.0, params * (2 * 3 * 4 + 2 * b)))
+    return tuple(before), tuple(middle), tuple(after)

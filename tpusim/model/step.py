@@ -42,6 +42,7 @@ from tpusim.model.layer import (
     block_ops,
     ff_layers,
     model_flops_per_block,
+    step_extras,
 )
 from tpusim.model.memory import Recompute, estimate_memory
 from tpusim.topology import MeshMapping
@@ -67,6 +68,8 @@ class StepSpec:
     extrapolate: bool = True
     window: int = 2
     fidelity: Fidelity = Fidelity.AUTO
+    embedding: bool = False  # token embedding and LM head, once per step
+    optimizer: bool = False  # the Adam update, once per step
 
 
 @dataclass
@@ -162,6 +165,20 @@ def plan_ops(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tup
     return forward, backward, slices, violations
 
 
+def plan_extras(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """Once-per-step ops (embedding and LM head, optimizer update) where switched on."""
+    if not (spec.embedding or spec.optimizer):
+        return (), (), ()
+    algorithm = get_algorithm(spec.algorithm)
+    split = split_for(spec.model, mesh, spec.batch, algorithm.parallelism, True)
+    tokens = spec.batch * spec.model.sequence
+    shape = BlockShape(tokens / split.token_parts, spec.model.hidden / split.feature_parts,
+                       spec.model.ffn / split.feature_parts, split.sequences_per_chip, split.heads_per_chip,
+                       tokens / split.token_parts)
+    return step_extras(spec.model, shape, tokens, mesh, spec.dtype, embedding=spec.embedding,
+                       optimizer=spec.optimizer, chips=mesh[0] * mesh[1])
+
+
 def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], slices: list[int | None],
              violations: list[str]) -> dict[str, _PreparedGemm]:
     algorithm = get_algorithm(spec.algorithm)
@@ -170,17 +187,19 @@ def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], slices:
         if not isinstance(op, GemmOp) or op.name in prepared:
             continue
         layer = op.layer.removeprefix("recompute.")
-        k = slices[FF_LAYERS.index(layer)]
+        # the LM head takes the first FF layer's slice count, or the nearest feasible one below it
+        k = slices[FF_LAYERS.index(layer)] if layer in FF_LAYERS else slices[0]
         params = GemmParams(spec.prefetch, k, variant=spec.variant)
         try:
             check_gemm(algorithm, op.problem, mesh, params)
         except InfeasibleError as error:
-            if not spec.allow_infeasible or k is None:
+            if (not spec.allow_infeasible and layer in FF_LAYERS) or k is None:
                 raise
             fallback = _nearest_feasible_slices(algorithm, op.problem, mesh, params)
             if fallback is None:
                 raise
-            violations.append(f"{op.name}: {error.message}; timed with slices {fallback}")
+            if layer in FF_LAYERS:
+                violations.append(f"{op.name}: {error.message}; timed with slices {fallback}")
             params = replace(params, slices=fallback)
         ctx = GemmContext(op.problem, params, mesh)
         sharding = algorithm.sharding(op.problem, mesh)
@@ -204,9 +223,14 @@ def _nearest_feasible_slices(algorithm: GemmAlgorithm, problem: Any, mesh: tuple
 
 def _step_program(dev: Device, forward: tuple[Op, ...], backward: tuple[Op, ...], layers: int,
                   prepared: dict[str, _PreparedGemm], timeline: list[tuple[str, int, float, float]],
-                  record: bool) -> Generator[simpy.Event, Any, None]:
-    sequence = [(op, layer) for layer in range(layers) for op in forward]
+                  record: bool, extras: tuple[tuple[Op, ...], ...] = ((), (), ())
+                  ) -> Generator[simpy.Event, Any, None]:
+    before, middle, after = extras
+    sequence = [(op, -1) for op in before]
+    sequence += [(op, layer) for layer in range(layers) for op in forward]
+    sequence += [(op, -1) for op in middle]
     sequence += [(op, layer) for layer in reversed(range(layers)) for op in backward]
+    sequence += [(op, -1) for op in after]
     for op, layer in sequence:
         start = dev.env.now
         if isinstance(op, GemmOp):
@@ -225,7 +249,8 @@ def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMap
                      forward: tuple[Op, ...], backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm],
                      chip_slowdown: dict[int, float] | None,
                      link_overrides: dict[int, LinkOverride] | None,
-                     representatives: list[tuple[int, int]] | None) -> _Window:
+                     representatives: list[tuple[int, int]] | None,
+                     extras: tuple[tuple[Op, ...], ...]) -> _Window:
     symmetric = representatives is not None
     sim = Simulation(hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
     runtime = CollectiveRuntime(sim, representatives=representatives)
@@ -233,7 +258,7 @@ def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMap
 
     def args(dev: Device) -> tuple:
         timelines[dev.chip_id] = []
-        return (forward, backward, layers, prepared, timelines[dev.chip_id], True)
+        return (forward, backward, layers, prepared, timelines[dev.chip_id], True, extras)
 
     run_spmd(sim, runtime, _step_program, args)
     ends = {chip: (tl[-1][3] if tl else 0.0) for chip, tl in timelines.items()}
@@ -267,7 +292,8 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     mesh = mapping.shape
     chips = mesh[0] * mesh[1]
     forward, backward, slices, violations = plan_ops(spec, mesh)
-    prepared = _prepare(spec, mesh, forward + backward, slices, violations)
+    extras = plan_extras(spec, mesh)
+    prepared = _prepare(spec, mesh, forward + backward + extras[1], slices, violations)
     algorithm = get_algorithm(spec.algorithm)
     params = next(iter(prepared.values())).ctx.params
     obstacle = symmetric_obstacle(algorithm, params, hardware, mapping,
@@ -283,7 +309,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     else:
         sizes = [total_layers]
     windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
-                                link_overrides, reps) for n in sizes]
+                                link_overrides, reps, extras) for n in sizes]
 
     def extrapolate(values: list[float]) -> float:
         if len(values) == 1:
@@ -301,6 +327,8 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     per_op = _per_op(last, steady)
     tokens = spec.batch * spec.model.sequence
     model_flops = model_flops_per_block(spec.model, tokens, spec.batch) * total_layers
+    if spec.embedding:  # the LM head's three GeMMs onto the unpadded vocabulary
+        model_flops += 3 * 2.0 * tokens * spec.model.hidden * spec.model.vocabulary
     mfu = model_flops / (chips * hardware.chip.peak_flops * step_time) if step_time > 0 else 0.0
     memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
                              spec.bytes_per_param)
@@ -323,7 +351,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
         feasible=not violations, violations=violations, bytes_sent_per_layer=bytes_per_layer,
         max_link_utilisation=last.busiest, simulated_layers=sizes, mapping=mapping.describe(),
-        switches={"embedding_lm_head": False, "optimizer_update": False, "dtype": spec.dtype,
+        switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
                   "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
         notes=notes,
     )
