@@ -304,27 +304,41 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     notes: list[str] = [why] if why else []
     reps = representative_chips(algorithm, params, hardware, mapping) if fidelity is Fidelity.SYMMETRIC else None
     total_layers = spec.model.layers
-    if spec.extrapolate and total_layers > spec.window + 1:
-        sizes = [spec.window, spec.window + 1]
+    if reps == [(0, 0)] and spec.extrapolate:
+        # one representative chip: ops start and end with the chip idle and no collective in flight, so
+        # the step is the sum of its ops' times and each distinct op is simulated once
+        step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, hardware, mapping, forward, backward,
+                                                                prepared, extras, reps)
+        notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
+        sizes: list[int] = []
+        bytes_per_layer, busiest = None, None
     else:
-        sizes = [total_layers]
-    windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
-                                link_overrides, reps, extras) for n in sizes]
+        if spec.extrapolate and total_layers > spec.window + 1:
+            sizes = [spec.window, spec.window + 1]
+        else:
+            sizes = [total_layers]
+        windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
+                                    link_overrides, reps, extras) for n in sizes]
 
-    def extrapolate(values: list[float]) -> float:
-        if len(values) == 1:
-            return values[0]
-        return values[0] + (total_layers - sizes[0]) * (values[1] - values[0])
+        def extrapolate(values: list[float]) -> float:
+            if len(values) == 1:
+                return values[0]
+            return values[0] + (total_layers - sizes[0]) * (values[1] - values[0])
 
-    step_time = extrapolate([w.time for w in windows])
-    compute = extrapolate([w.compute for w in windows])
-    exposed = extrapolate([w.exposed for w in windows])
-    idle = extrapolate([w.idle for w in windows])
-    if len(sizes) == 2:
-        notes.append(f"simulated {sizes[0]} and {sizes[1]} layers and extrapolated to {total_layers}")
-    last = windows[-1]
-    steady = 1 if sizes[-1] > 2 else 0
-    per_op = _per_op(last, steady)
+        step_time = extrapolate([w.time for w in windows])
+        compute = extrapolate([w.compute for w in windows])
+        exposed = extrapolate([w.exposed for w in windows])
+        idle = extrapolate([w.idle for w in windows])
+        if len(sizes) == 2:
+            notes.append(f"simulated {sizes[0]} and {sizes[1]} layers and extrapolated to {total_layers}")
+        last = windows[-1]
+        per_op = _per_op(last, 1 if sizes[-1] > 2 else 0)
+        busiest = last.busiest
+        bytes_per_layer = None
+        if last.bytes_sent is not None and len(windows) == 2 and windows[0].bytes_sent is not None:
+            bytes_per_layer = last.bytes_sent - windows[0].bytes_sent
+        elif last.bytes_sent is not None:
+            bytes_per_layer = last.bytes_sent / sizes[-1]
     tokens = spec.batch * spec.model.sequence
     model_flops = model_flops_per_block(spec.model, tokens, spec.batch) * total_layers
     if spec.embedding:  # the LM head's three GeMMs onto the unpadded vocabulary
@@ -334,11 +348,6 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
                              spec.bytes_per_param)
     layers_used = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)
     used_slices = [prepared[f"{name}.fwd"].ctx.params.slices for name in FF_LAYERS]
-    bytes_per_layer = None
-    if last.bytes_sent is not None and len(windows) == 2 and windows[0].bytes_sent is not None:
-        bytes_per_layer = last.bytes_sent - windows[0].bytes_sent
-    elif last.bytes_sent is not None:
-        bytes_per_layer = last.bytes_sent / sizes[-1]
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name, mesh=f"{mesh[0]}x{mesh[1]}",
         chips=chips, batch=spec.batch, layers=total_layers,
@@ -350,11 +359,33 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
         feasible=not violations, violations=violations, bytes_sent_per_layer=bytes_per_layer,
-        max_link_utilisation=last.busiest, simulated_layers=sizes, mapping=mapping.describe(),
+        max_link_utilisation=busiest, simulated_layers=sizes, mapping=mapping.describe(),
         switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
                   "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
         notes=notes,
     )
+
+
+def _sum_of_ops(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, forward: tuple[Op, ...],
+                backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm], extras: tuple[tuple[Op, ...], ...],
+                reps: list[tuple[int, int]]) -> tuple[float, float, float, float, list[OpTiming]]:
+    """(time, compute, exposed, idle, per-op rows) of the step as the sum of its ops, each simulated once."""
+    seen: dict[str, OpTiming] = {}
+
+    def timing(op: Op) -> OpTiming:
+        if op.name not in seen:
+            w = _simulate_window(spec, hardware, mapping, 1, (op,), (), prepared, None, None, reps, ((), (), ()))
+            seen[op.name] = OpTiming(op.name, w.time, w.compute, w.exposed, w.idle)
+        return seen[op.name]
+
+    layer = [timing(op) for op in forward + backward]
+    once = [timing(op) for part in extras for op in part]
+    layers = spec.model.layers
+
+    def total(field: str) -> float:
+        return layers * sum(getattr(t, field) for t in layer) + sum(getattr(t, field) for t in once)
+
+    return total("time_s"), total("compute_s"), total("exposed_comm_s"), total("idle_s"), layer
 
 
 def _per_op(window: _Window, layer: int) -> list[OpTiming]:
