@@ -5,8 +5,12 @@ layer, the forward, backward-data and backward-weight GeMMs (the forward twice u
 recomputation), plus the non-FF ops (norms, attention, residuals, LayerNorm all-reduces), which depend
 only on the mesh and on the feature axis the LayerNorms reduce over. A GeMM is priced either by its
 algorithm's closed-form twin (tens of microseconds; None where no closed form exists) or by the
-discrete-event simulation (DES) at the requested fidelity. ``CostCache`` keys every GeMM time by
-everything that determines it, so a GeMM shared by two layers or two passes is priced once.
+discrete-event simulation (DES) at the requested fidelity. Where an axis is embedded with multi-hop
+steps (split physical axes) the twins claim no closed form, because groups share links; there the
+``bound`` is the twin of the same mesh with one hop per ring step: store-and-forward over more hops and
+contention only add time, so it is an optimistic estimate, good for ranking without full-fidelity DES.
+``CostCache`` keys every GeMM time by everything that determines it, so a GeMM shared by two layers or
+two passes is priced once.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ from tpusim.topology import MeshMapping
 from tpusim.tuning.space import LayerOption, layer_problems
 
 ANALYTIC = "analytic"
+
+
+def one_hop(mapping: MeshMapping) -> MeshMapping:
+    """The same placement with every ring step counted as a single hop (no link shared between groups)."""
+    if all(axis.max_hops <= 1 for axis in mapping.axes):
+        return mapping
+    axes = tuple(replace(axis, max_hops=1) if axis.max_hops > 1 else axis for axis in mapping.axes)
+    return replace(mapping, axes=axes)
 
 
 def mapping_key(mapping: MeshMapping) -> tuple[Any, ...]:
@@ -106,20 +118,22 @@ class LayerPricer:
     def __init__(self, context: PricingContext, mapping: MeshMapping, cache: CostCache) -> None:
         self.context = context
         self.mapping = mapping
+        self.relaxed = one_hop(mapping)
         self.cache = cache
         self._hardware_key = context.hardware_key
         self._times = {(layer, which): n for layer, which, n in context.multiplicity}
 
-    def _total(self, layer: FFLayer, option: LayerOption, mode: str) -> float | None:
+    def _total(self, layer: FFLayer, option: LayerOption, mode: str, relaxed: bool = False) -> float | None:
         ctx = self.context
+        mapping = self.relaxed if relaxed else self.mapping
         params = replace(ctx.base, slices=option.slices)
         total = 0.0
         for which, problem in layer_problems(layer, option, ctx.dtype).items():
             times = self._times.get((layer.name, which), 1)
             if times == 0:
                 continue
-            value = self.cache.gemm(problem, ctx.algorithm, params, ctx.hardware, self._hardware_key,
-                                    self.mapping, mode)
+            value = self.cache.gemm(problem, ctx.algorithm, params, ctx.hardware, self._hardware_key, mapping,
+                                    mode)
             if value is None:
                 return None
             total += times * value
@@ -128,6 +142,12 @@ class LayerPricer:
     def analytic(self, layer: FFLayer, option: LayerOption) -> float | None:
         """Sum of the layer's GeMM twins, or None when one of them has no closed form."""
         return self._total(layer, option, ANALYTIC)
+
+    def bound(self, layer: FFLayer, option: LayerOption) -> float | None:
+        """The twin with one hop per ring step: optimistic where the true embedding is multi-hop."""
+        if self.relaxed is self.mapping:
+            return None
+        return self._total(layer, option, ANALYTIC, relaxed=True)
 
     def simulated(self, layer: FFLayer, option: LayerOption) -> float:
         """Sum of the layer's GeMMs as simulated at the context's fidelity."""

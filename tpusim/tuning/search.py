@@ -6,9 +6,12 @@ Default search:
 2. On every mesh, price every FF layer option with the algorithm's closed-form twins (by DES where a
    twin is missing) and the non-FF ops by theirs, and find the mesh's cheapest plans with the DP over
    layout flags (``dp``). Rank the meshes by that analytic step estimate.
+   Where an axis is multi-hop the twins claim no closed form; the one-hop bound (``layer_costs``) ranks
+   such meshes instead, optimistically, so that they are refined rather than dropped.
 3. Refine the best ``refine_meshes`` meshes (and any within ``MESH_MARGIN`` of the best): price by DES the
    options of their best analytic plans, every feasible K within a factor 2 of each chosen K, and the
    best K of any other dataflow within ``OPTION_MARGIN`` of the chosen one; rerun the DP on those prices.
+   On meshes simulated at full fidelity (every chip; slow), the K window is left out.
 4. Time the winner and the runner-up with ``simulate_step``. The runner-up is the best plan of the next
    mesh (the second plan of the same mesh when only one mesh is feasible); if it simulates faster, the
    two swap.
@@ -27,6 +30,7 @@ from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.dataflow import Dataflow
+from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.memory import Recompute
@@ -88,7 +92,10 @@ class _MeshSearch:
         self.twin_prices: dict[tuple[int, LayerOption], float] = {}
         self.des_prices: dict[tuple[int, LayerOption], float] = {}
         self.window: set[tuple[int, LayerOption]] | None = None  # what the DES-priced DP may use
-        self.twin_fallbacks = 0
+        self.bounded = 0  # options ranked by the one-hop bound
+        self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
+        obstacle = symmetric_obstacle(context.algorithm, context.base, context.hardware, candidate.mapping)
+        self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
         self._options: dict[tuple[int, bool], list[LayerOption]] = {}
 
     @property
@@ -123,6 +130,9 @@ class _MeshSearch:
             if key not in self.twin_prices:
                 value = self.pricer.analytic(self.layers[index], option)
                 if value is None:
+                    value = self.pricer.bound(self.layers[index], option)
+                    self.bounded += value is not None
+                if value is None:
                     self.twin_fallbacks += 1
                     value = self._simulate(index, option)
                 self.twin_prices[key] = value
@@ -144,9 +154,12 @@ class _MeshSearch:
         times = {}
         for start in self.starts:
             spec = replace(self.spec, transposes=(start,) * len(FF_LAYERS))
-            twin = None if simulated else non_ff_twin(spec, self.context.hardware, self.candidate.mapping)
-            times[start] = twin if twin is not None else non_ff_time(spec, self.context.hardware,
-                                                                     self.candidate.mapping, self.context.fidelity)
+            hardware, mapping = self.context.hardware, self.candidate.mapping
+            twin = None
+            if not simulated:
+                twin = non_ff_twin(spec, hardware, mapping)
+                twin = twin if twin is not None else non_ff_twin(spec, hardware, self.pricer.relaxed)
+            times[start] = twin if twin is not None else non_ff_time(spec, hardware, mapping, self.context.fidelity)
         return times
 
     def plans(self, simulated: bool, keep: int) -> list[Plan]:
@@ -166,15 +179,18 @@ class _MeshSearch:
                 available = self.by_twin(index, chosen.transpose, required)
                 best = {o: t for o, t in available}[chosen]
                 seeds = [chosen]
+                hands_on = output_flag(chosen.transpose, chosen, self.flips)
                 for dataflow in self.dataflows:
-                    rivals = [(t, o.describe(), o) for o, t in available if o.dataflow is dataflow]
+                    # a rival must hand on the same layout, or the rest of the plan would not fit it
+                    rivals = [(t, o.describe(), o) for o, t in available
+                              if o.dataflow is dataflow and output_flag(o.transpose, o, self.flips) == hands_on]
                     if dataflow is not chosen.dataflow and rivals:
                         cost, _, rival = min(rivals)
                         if cost <= best * (1 + OPTION_MARGIN):
                             seeds.append(rival)
                 for seed in seeds:
-                    window.update((index, o) for o, _ in available
-                                  if o.dataflow is seed.dataflow and _near(o.slices, seed.slices))
+                    window.update((index, o) for o, _ in available if o.dataflow is seed.dataflow
+                                  and (o == seed or (not self.full and _near(o.slices, seed.slices))))
         self.window = window
 
 
@@ -215,45 +231,27 @@ def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
     searches = [_MeshSearch(c, layers, context, cache, spec, flips, request.dataflows) for c in candidates]
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
-    if request.exhaustive:
-        refined = searches
-    else:
-        ranked = []
-        for search in searches:
-            plans = search.plans(simulated=False, keep=SEED_PLANS)
-            if plans:
-                ranked.append((plans[0].cost, search, plans))
-            reports[search.candidate.label] = _report(search, plans, simulated=False, layers=model.layers)
-        ranked.sort(key=lambda item: item[0])
-        refined = []
-        for rank, (cost, search, plans) in enumerate(ranked):
-            if rank < request.refine_meshes or (ranked and cost <= ranked[0][0] * (1 + MESH_MARGIN)):
-                search.seed_window(plans)
-                refined.append(search)
-
+    refined = searches if request.exhaustive else _rank(searches, reports, request.refine_meshes, model.layers)
     final = []
     for search in refined:
         plans = search.plans(simulated=True, keep=2)
         if plans:
-            final.append((plans[0].cost, search, plans))
-        previous = reports.get(search.candidate.label)
+            final.append((plans[0].cost, search.candidate.label, search, plans))
         report = _report(search, plans, simulated=True, layers=model.layers)
-        if previous is not None and previous.analytic_step_s is not None:
-            report.analytic_step_s = previous.analytic_step_s
+        previous = reports.get(search.candidate.label)
+        report.analytic_step_s = previous.analytic_step_s if previous is not None else None
         reports[search.candidate.label] = report
     if not final:
         raise _no_mesh(request, batch, [RejectedMesh(r.mesh, r.reason or "") for r in reports.values()])
-    final.sort(key=lambda item: (item[0], item[1].candidate.label))
+    final.sort(key=lambda item: item[:2])
 
-    best_search, best_plan = final[0][1], final[0][2][0]
-    if len(final) > 1:
-        runner_search, runner_plan = final[1][1], final[1][2][0]
-    elif len(final[0][2]) > 1:
-        runner_search, runner_plan = best_search, final[0][2][1]
-    else:
-        runner_search, runner_plan = None, None
-    best = _time(best_search, best_plan, spec, model.layers)
-    runner = _time(runner_search, runner_plan, spec, model.layers) if runner_search and runner_plan else None
+    # the runner-up is the best of the next mesh, or the second plan when a single mesh is left
+    (_, _, best_search, leader_plans), rest = final[0], final[1:]
+    runner_search, runner_plan = (rest[0][2], rest[0][3][0]) if rest else (best_search, None)
+    if runner_plan is None and len(leader_plans) > 1:
+        runner_plan = leader_plans[1]
+    best = _time(best_search, leader_plans[0], spec, model.layers)
+    runner = _time(runner_search, runner_plan, spec, model.layers) if runner_plan is not None else None
     if runner is not None and runner.step_time_s < best.step_time_s:
         best, runner = runner, best
         notes.append("the runner-up of the search simulated faster as a whole step; the two were swapped")
@@ -261,25 +259,46 @@ def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
         if choice is not None and abs(choice.step_time_s - choice.estimate_step_s) > 0.005 * choice.step_time_s:
             notes.append(f"{choice.mesh}: the simulated step differs from the sum of its priced ops by "
                          f"{choice.step_time_s / choice.estimate_step_s - 1:+.2%}")
-
-    fallbacks = sum(s.twin_fallbacks for s in searches)
-    if fallbacks:
-        notes.append(f"{fallbacks} layer options had no closed form and were ranked by their DES price")
-    evaluated = sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches)
-    simulated = sum(len(s.des_prices) for s in searches)
-    order = {f"{r}x{c}": i for i, (r, c) in enumerate(_all_shapes(reports))}
+    notes.extend(_pricing_notes(searches, request.exhaustive))
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
         prefetch=str(prefetch), recompute=str(request.recompute), fidelity=str(request.fidelity),
-        exhaustive=request.exhaustive, best=best, runner_up=runner, evaluated=evaluated, simulated=simulated,
-        steps_simulated=1 + (runner is not None), search_space=sum(s.space_size() for s in searches),
-        meshes=sorted(reports.values(), key=lambda r: order[r.mesh]), ignore_memory=request.ignore_memory,
-        notes=notes,
+        exhaustive=request.exhaustive, best=best, runner_up=runner,
+        evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
+        simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
+        search_space=sum(s.space_size() for s in searches),
+        meshes=sorted(reports.values(), key=lambda r: tuple(int(v) for v in r.mesh.split("x"))),
+        ignore_memory=request.ignore_memory, notes=notes,
     )
 
 
-def _all_shapes(reports: dict[str, MeshReport]) -> list[tuple[int, int]]:
-    return sorted(tuple(int(v) for v in label.split("x")) for label in reports)  # type: ignore[misc]
+def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_meshes: int,
+          layers: int) -> list[_MeshSearch]:
+    """Rank the meshes by their analytic best and seed the refinement of the leaders (default search)."""
+    ranked = []
+    for search in searches:
+        plans = search.plans(simulated=False, keep=SEED_PLANS)
+        if plans:
+            ranked.append((plans[0].cost, search.candidate.label, search, plans))
+        reports[search.candidate.label] = _report(search, plans, simulated=False, layers=layers)
+    ranked.sort(key=lambda item: item[:2])
+    refined = []
+    for rank, (cost, _, search, plans) in enumerate(ranked):
+        if rank < refine_meshes or cost <= ranked[0][0] * (1 + MESH_MARGIN):
+            search.seed_window(plans)
+            refined.append(search)
+    return refined
+
+
+def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool) -> list[str]:
+    notes = []
+    bounded = [s.candidate.label for s in searches if s.bounded]
+    if bounded and not exhaustive:
+        notes.append(f"meshes ranked by the one-hop bound (multi-hop axes have no closed form): {', '.join(bounded)}")
+    fallbacks = sum(s.twin_fallbacks for s in searches)
+    if fallbacks:
+        notes.append(f"{fallbacks} layer options had no closed form and were ranked by their DES price")
+    return notes
 
 
 def _memory_gate(request: TuneRequest, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],

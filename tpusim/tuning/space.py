@@ -50,7 +50,6 @@ class MeshCandidate:
     cols: int
     mapping: MeshMapping
     transposed_ok: bool
-    violations: tuple[str, ...] = ()
 
     @property
     def mesh(self) -> tuple[int, int]:
@@ -85,7 +84,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
     for rows, cols in shapes:
         label = f"{rows}x{cols}"
         try:
-            split = split_for(model, (rows, cols), batch, algorithm.parallelism, allow_infeasible)
+            split_for(model, (rows, cols), batch, algorithm.parallelism, allow_infeasible)
         except InfeasibleError as error:
             rejected.append(RejectedMesh(label, error.message))
             continue
@@ -97,7 +96,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
         # The transposed layout splits heads over axis 0 and sequences over axis 1: the swapped mesh's rules.
         swapped = split_for(model, (cols, rows), batch, algorithm.parallelism, True)
         transposed_ok = two_d and (allow_infeasible or not swapped.violations)
-        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok, split.violations))
+        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok))
     return kept, rejected
 
 
