@@ -17,6 +17,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
+from tpusim.engine.cache import cache_key, timing_cache
 from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
@@ -99,6 +100,24 @@ def simulate_gemm(
     fidelity: Fidelity = Fidelity.FULL,
 ) -> GemmResult:
     """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring."""
+    cacheable = tracer is None and not verify and fidelity is not Fidelity.ANALYTIC
+    if cacheable:
+        # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
+        obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, hardware, mapping)
+        resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
+        key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved)
+        cached = timing_cache().get(key)
+        if cached is not None:
+            return GemmResult(**cached)
+    result = _simulate_gemm(problem, algorithm_name, params, hardware, mapping, verify, seed, tracer, fidelity)
+    if cacheable:
+        timing_cache().put(key, result.to_dict())
+    return result
+
+
+def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, hardware: HardwareProfile,
+                   mapping: MeshMapping, verify: bool, seed: int, tracer: Tracer | None,
+                   fidelity: Fidelity) -> GemmResult:
     algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
     check_gemm(algorithm, problem, mesh, params)
