@@ -59,6 +59,10 @@ class CollectiveRuntime:
         self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
         self.representative = self.representatives is not None
         self._expected: dict[tuple[int, int], int] = {}
+        # a lone representative on the calibrated network needs no rendezvous: its handle is a plain timeout
+        self._direct = (self.representatives is not None and sim.calibrated and sim.tracer is None
+                        and sim.hardware.overlap_slowdown == 1.0)
+        self._durations: dict[tuple[CollectiveCall, int], tuple[float, list[tuple[int, int, str]]]] = {}
         for index in self.representatives or ():
             chip = sim.mapping.chip(*index)
             for axis in (0, 1):
@@ -81,6 +85,8 @@ class CollectiveRuntime:
         axis = call.axis
         group, rank = sim.mapping.group_of(axis, chip)
         size = sim.mapping.shape[axis]
+        if self._direct and self._expected.get((axis, group)) == 1 and size > 1:
+            return self._submit_alone(chip, call, tensor, group, size)
         seq = self._seq.get((chip, axis), 0)
         self._seq[(chip, axis)] = seq + 1
         key = (axis, group, seq)
@@ -107,6 +113,26 @@ class CollectiveRuntime:
         if len(instance.inputs) == members:
             del self._open[key]
             self._start(instance)
+        return handle
+
+    def _submit_alone(self, chip: int, call: CollectiveCall, tensor: Tensor, group: int, size: int
+                      ) -> simpy.Event:
+        """The symmetric fast path: the closed-form duration on the group's channels, no per-member events."""
+        sim = self.sim
+        env = sim.env
+        known = self._durations.get((call, group))
+        if known is None:
+            calibration = sim.hardware.calibration
+            assert calibration is not None
+            keys = [(call.axis, group, d) for d in calibrated_channels(call, size)]
+            known = self._durations[(call, group)] = (calibrated_time(call, size, calibration), keys)
+        duration, keys = known
+        now = env.now
+        _, end = sim.channels.reserve(keys, now, duration)
+        self.comm_spans.setdefault(chip, []).append((now, end))
+        value = result_shape(call, tensor, size)
+        handle = env.timeout(end - now, value)
+        handle.expected = value  # type: ignore[attr-defined]
         return handle
 
     def pending(self) -> list[str]:

@@ -46,6 +46,24 @@ class LinkOverride:
     latency_factor: float = 1.0
 
 
+class ChipTable(dict[int, Chip]):
+    """Chips by id, created on first use: a symmetric run touches only its representatives."""
+
+    def __init__(self, count: int, slowdown: dict[int, float]) -> None:
+        super().__init__()
+        self.count = count
+        self.slowdown = slowdown
+
+    def __missing__(self, chip: int) -> Chip:
+        if not 0 <= chip < self.count:
+            raise KeyError(chip)
+        created = self[chip] = Chip(chip, self.slowdown.get(chip, 1.0))
+        return created
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.values())
+
+
 class Simulation:
     """Everything one simulated run shares."""
 
@@ -66,8 +84,7 @@ class Simulation:
         self.tracer = tracer
         self.calibrated = hardware.kind == "calibrated"
         num_chips = mapping.shape[0] * mapping.shape[1]
-        slowdown = dict(chip_slowdown or {})
-        self.chips = [Chip(c, slowdown.get(c, 1.0)) for c in range(num_chips)]
+        self.chips = ChipTable(num_chips, dict(chip_slowdown or {}))
         self.links: LinkArray | None = None
         self.channels = ChannelArray()
         if not self.calibrated:
