@@ -160,9 +160,24 @@ def plan_ops(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tup
         rows_per_chip=tokens / split.token_parts,
     )
     forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute)
+    if algorithm.parallelism != "2d":
+        forward, backward = _one_d_statistics(forward, algorithm.parallelism), _one_d_statistics(
+            backward, algorithm.parallelism)
     slices = list(spec.slices) if spec.slices else [None] * len(FF_LAYERS)
     violations = list(split.violations)
     return forward, backward, slices, violations
+
+
+def _one_d_statistics(ops: tuple[Op, ...], parallelism: str) -> tuple[Op, ...]:
+    """LayerNorm statistics under 1D parallelism: over the P-chip axis 0 (features split), or none (whole)."""
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, NormStatsOp):
+            if parallelism == "1d-batch":
+                continue
+            op = replace(op, axis=0)
+        out.append(op)
+    return tuple(out)
 
 
 def plan_extras(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:

@@ -36,6 +36,7 @@ from .placement import line_axis, role_sharding
 class FsdpGemm(GemmAlgorithm):
     name = "fsdp"
     summary = "FSDP: batch-split activations, weight all-gathered over all P chips of a P x 1 mesh"
+    parallelism = "1d-batch"  # tokens (whole sequences) split over all P chips; features whole on every chip
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)

@@ -36,6 +36,7 @@ def _axes(mesh: tuple[int, int]) -> RoleAxes:
 class Tp1dGemm(GemmAlgorithm):
     name = "tp1d"
     summary = "Megatron 1D tensor parallelism over a P x 1 ring with bidirectional Wang-style overlap"
+    parallelism = "1d-feature"  # features (and heads) split over all P chips; tokens whole on every chip
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)
