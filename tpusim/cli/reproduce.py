@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="output folder; family X goes to OUT/X/")
     p.add_argument("--quick", action="store_true", help="pruned tuner instead of exhaustive search")
     p.add_argument("--hardware", help="run every point on this profile instead of the family's")
-    p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
+    p.add_argument("--jobs", type=count_arg("--jobs"), default=os.cpu_count() or 1,
+                   help="parallel worker processes (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
     v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
