@@ -48,3 +48,16 @@ def by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     for row in rows:
         grouped.setdefault(row["model"], []).append(row)
     return {m: r for m, r in grouped.items() if r}
+
+
+def clip_tall_bars(ax: Any, bars: Any, totals: list[float], names: list[str]) -> None:
+    """Keep the axis readable when one bar (1D TP) dwarfs the rest: cap the y axis, label the clipped bars."""
+    others = [t for t, n in zip(totals, names, strict=True) if n in TWO_D or n == "meshslice"]
+    if not others or max(totals) <= 3 * max(others):
+        return
+    limit = 1.6 * max(others)
+    ax.set_ylim(0, limit)
+    for bar, total in zip(bars, totals, strict=True):
+        if total > limit:
+            ax.annotate(f"{total:.0f} s\n(clipped)", (bar.get_x() + bar.get_width() / 2, limit * 0.97),
+                        ha="center", va="top", fontsize=7, color="white")

@@ -14,6 +14,7 @@ from tpusim.experiments.families.common import (
     COLOURS,
     PAPER_SPEEDUP,
     by_model,
+    clip_tall_bars,
     figure,
     save,
     step_of,
@@ -64,6 +65,7 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_title(f"{model} (paper: MeshSlice +{claim:.1f}% vs best 2D)")
         ax.set_ylabel("step time (s)")
         ax.set_ylim(0, max(r["step_time_s"] for r in ordered) * 1.25)
+        clip_tall_bars(ax, bars, [r["step_time_s"] for r in ordered], names)
         ax.grid(True, axis="y", alpha=0.3)
     save(fig, path, title)
 
@@ -97,12 +99,16 @@ def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _stack(ax: Any, labels: list[str], rows: list[dict[str, Any]]) -> None:
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
+    bars = None
     for field, colour, name in (("compute_s", "#4c72b0", "compute"), ("exposed_comm_s", "#dd8452", "exposed comm"),
                                 ("idle_s", "#bbbbbb", "idle")):
         values = np.array([r[field] for r in rows])
-        ax.bar(x, values, bottom=bottom, color=colour, label=name)
+        bars = ax.bar(x, values, bottom=bottom, color=colour, label=name)
         bottom += values
     ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 1.3 * float(bottom.max()) if len(bottom) else 1.0)  # room for the legend above the bars
+    if bars is not None and rows and "algorithm" in rows[0] and rows[0].get("part") == "step":
+        clip_tall_bars(ax, bars, list(bottom), [r["algorithm"] for r in rows])
     ax.set_ylabel("time per step (s)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
