@@ -150,3 +150,11 @@ def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly()
     optimizer = simulate_step(replace(base, optimizer=True), hardware, mapping)
     params = TINY.params_per_layer * TINY.layers / 16
     assert optimizer.step_time_s - plain.step_time_s == pytest.approx(params * 28 / 1.2e12, rel=1e-9)
+
+
+def test_previous_op_prefetch_sits_between_none_and_ideal() -> None:
+    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+    times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p), hardware, mapping).step_time_s
+             for p in Prefetch}
+    # the weight gathers start during the previous op: earlier than none, later than the authors' ideal
+    assert times[Prefetch.IDEAL] < times[Prefetch.PREVIOUS_OP] < times[Prefetch.NONE]

@@ -59,6 +59,8 @@ class Device:
         self.chip_id = sim.mapping.chip(*index)
         self.chip = sim.chips[self.chip_id]
         self.model = sim.chip_model
+        # gathers a step started early for the coming op ("previous-op" prefetch), by (operand, axis, dim)
+        self.prefetched: dict[tuple[str, int, int], simpy.Event] = {}
 
     # -- identity ------------------------------------------------------------------------------------
     def rank(self, axis: int) -> int:
@@ -136,6 +138,11 @@ class Device:
 
     def all_gather(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
         return self._collective(Op.ALL_GATHER, t, axis, dim=dim, **opts)
+
+    def gather_prefetchable(self, operand: str, t: Tensor, axis: int, dim: int) -> simpy.Event:
+        """A data-independent all-gather: the one started early for this op if any, else a new one."""
+        handle = self.prefetched.pop((operand, axis, dim), None)
+        return handle if handle is not None else self.all_gather(t, axis, dim)
 
     def reduce_scatter(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
         return self._collective(Op.REDUCE_SCATTER, t, axis, dim=dim, **opts)

@@ -83,6 +83,12 @@ class GemmAlgorithm(ABC):
         del mesh, params, calibrated
         return [(0, 0)]
 
+    def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
+        """The data-independent all-gathers (operand, logical axis, dim) a step may start during the previous
+        op under the ``previous-op`` policy; the program picks them up with ``Device.gather_prefetchable``."""
+        del ctx
+        return []
+
     def sharding(self, problem: GemmProblem, mesh: tuple[int, int]) -> Sharding:
         """Where X, W and Y live; 2D algorithms use the layout's placement."""
         del mesh

@@ -246,16 +246,27 @@ def _step_program(dev: Device, forward: tuple[Op, ...], backward: tuple[Op, ...]
     sequence += [(op, -1) for op in middle]
     sequence += [(op, layer) for layer in reversed(range(layers)) for op in backward]
     sequence += [(op, -1) for op in after]
-    for op, layer in sequence:
+    early: dict[tuple[str, int, int], simpy.Event] = {}
+    pending: dict[tuple[str, int, int], simpy.Event] = {}
+    for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
+        coming = sequence[index + 1][0] if index + 1 < len(sequence) else None
+        if isinstance(coming, GemmOp) and prepared[coming.name].ctx.params.prefetch is Prefetch.PREVIOUS_OP:
+            # previous-op prefetch: the coming GeMM's data-independent gathers start as this op starts
+            job = prepared[coming.name]
+            early = {key: dev.all_gather(job.w if key[0] == "w" else job.x, key[1], key[2])
+                     for key in job.algorithm.prefetchable_gathers(job.ctx)}
         if isinstance(op, GemmOp):
             job = prepared[op.name]
+            dev.prefetched = pending
             yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
+            dev.prefetched = {}
         elif isinstance(op, LocalOp):
             yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             # row means and mean-squares travel together in one all-reduce, as XLA fuses them
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+        pending, early = early, {}
         if record:
             timeline.append((op.name, layer, start, dev.env.now))
 
@@ -319,7 +330,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     notes: list[str] = [why] if why else []
     reps = representative_chips(algorithm, params, hardware, mapping) if fidelity is Fidelity.SYMMETRIC else None
     total_layers = spec.model.layers
-    if reps == [(0, 0)] and spec.extrapolate:
+    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch is not Prefetch.PREVIOUS_OP:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
         step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, hardware, mapping, forward, backward,

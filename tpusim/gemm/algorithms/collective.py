@@ -30,7 +30,9 @@ class CollectiveGemm(GemmAlgorithm):
         early = [mv for mv in roles.gathers if mv.operand != roles.prefetchable]
         late = [mv for mv in roles.gathers if mv.operand == roles.prefetchable]
         first = early if ideal else roles.gathers
-        handles = [dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim) for mv in first]
+        handles = [dev.gather_prefetchable(mv.operand, held[mv.operand], ctx.axis(mv.axis), mv.dim)
+                   if mv.operand == roles.prefetchable else dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim)
+                   for mv in first]
         values = yield dev.wait(*handles)
         operands: dict[str, object] = dict(held)
         operands.update({mv.operand: v for mv, v in zip(first, values, strict=True)})
@@ -41,6 +43,10 @@ class CollectiveGemm(GemmAlgorithm):
         if roles.reduce is not None:
             y = yield dev.reduce_scatter(y, ctx.axis(roles.reduce.axis), roles.reduce.dim)
         return y
+
+    def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
+        roles = ctx.roles
+        return [(mv.operand, ctx.axis(mv.axis), mv.dim) for mv in roles.gathers if mv.operand == roles.prefetchable]
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles

@@ -52,7 +52,7 @@ class FsdpGemm(GemmAlgorithm):
         for mv in roles.gathers:
             if mv.axis != 0:
                 continue
-            handle = dev.all_gather(x if mv.operand == "x" else w, axis, mv.dim)
+            handle = dev.gather_prefetchable(mv.operand, x if mv.operand == "x" else w, axis, mv.dim)
             if ctx.params.prefetch is Prefetch.IDEAL and mv.operand == roles.prefetchable:
                 operands[mv.operand] = handle  # pending: the GeMM starts now and the gather overlaps it
             else:
@@ -61,6 +61,10 @@ class FsdpGemm(GemmAlgorithm):
         if roles.reduce is not None and roles.reduce.axis == 0:
             y = yield dev.reduce_scatter(y, axis, roles.reduce.dim)
         return y
+
+    def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
+        axis = line_axis(self.name, ctx.mesh)
+        return [(mv.operand, axis, mv.dim) for mv in ctx.roles.gathers if mv.axis == 0]
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles

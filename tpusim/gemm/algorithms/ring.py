@@ -86,6 +86,14 @@ def check_ring(problem: GemmProblem, axes: RoleAxes, mesh: tuple[int, int], algo
         )
 
 
+def ring_prefetchable(problem: GemmProblem, axes: RoleAxes) -> list[tuple[str, int, int]]:
+    """The blocking role-axis-0 gather, when it gathers a stored operand (the weight for OS and LS)."""
+    _, outer = role_moves(problem.roles)
+    if outer.operand == "y" or axes[0] is None:
+        return []
+    return [(outer.operand, axes[0], outer.dim)]
+
+
 def ring_program(
     dev: Device, problem: GemmProblem, prefetch: Prefetch, axes: RoleAxes, x: Tensor, w: Tensor
 ) -> Generator[simpy.Event, Any, Tensor]:
@@ -97,7 +105,7 @@ def ring_program(
     ways = halves(n)
     held: dict[str, Operand] = {"x": x, "w": w}
     if outer.operand != "y" and axes[0] is not None:
-        handle = dev.all_gather(x if outer.operand == "x" else w, axes[0], outer.dim)
+        handle = dev.gather_prefetchable(outer.operand, x if outer.operand == "x" else w, axes[0], outer.dim)
         if prefetch is Prefetch.IDEAL:
             held[outer.operand] = handle
         else:

@@ -19,7 +19,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 
 from .placement import RoleAxes
-from .ring import check_ring, ring_program, ring_terms
+from .ring import check_ring, ring_prefetchable, ring_program, ring_terms
 
 
 def _axes(problem: GemmProblem) -> RoleAxes:
@@ -37,6 +37,9 @@ class WangGemm(GemmAlgorithm):
 
     def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
         return ring_program(dev, ctx.problem, ctx.params.prefetch, _axes(ctx.problem), x, w)
+
+    def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
+        return ring_prefetchable(ctx.problem, _axes(ctx.problem))
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         return ring_terms(ctx.problem, _axes(ctx.problem), ctx.mesh, costs).time(ctx.params.prefetch)
