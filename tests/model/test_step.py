@@ -152,9 +152,14 @@ def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly()
     assert optimizer.step_time_s - plain.step_time_s == pytest.approx(params * 28 / 1.2e12, rel=1e-9)
 
 
-def test_previous_op_prefetch_sits_between_none_and_ideal() -> None:
+def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before() -> None:
     hardware, mapping = mapping_for("meshslice-sim", 4, 4)
-    times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p), hardware, mapping).step_time_s
-             for p in Prefetch}
-    # the weight gathers start during the previous op: earlier than none, later than the authors' ideal
-    assert times[Prefetch.IDEAL] < times[Prefetch.PREVIOUS_OP] < times[Prefetch.NONE]
+    times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p, fidelity=Fidelity.FULL), hardware,
+                              mapping).step_time_s for p in Prefetch}
+    # the weight gathers start with the op before: earlier than none; unlike ideal (overlap with the consuming
+    # GeMM only) they can hide behind a long previous op, so either of the two may be faster
+    assert times[Prefetch.PREVIOUS_OP] < times[Prefetch.NONE]
+    assert times[Prefetch.IDEAL] < times[Prefetch.NONE]
+    symmetric = simulate_step(StepSpec(TINY, "collective", 8, prefetch=Prefetch.PREVIOUS_OP), hardware, mapping)
+    assert symmetric.fidelity == "symmetric"
+    assert symmetric.step_time_s == pytest.approx(times[Prefetch.PREVIOUS_OP], rel=1e-9)
