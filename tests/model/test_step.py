@@ -156,10 +156,9 @@ def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before() -> Non
     hardware, mapping = mapping_for("meshslice-sim", 4, 4)
     times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p, fidelity=Fidelity.FULL), hardware,
                               mapping).step_time_s for p in Prefetch}
-    # the weight gathers start with the op before: earlier than none; unlike ideal (overlap with the consuming
-    # GeMM only) they can hide behind a long previous op, so either of the two may be faster
+    # the weight gathers start with the op before, so they finish earlier than under none (ideal, the authors'
+    # accounting, serialises the activation gather before the weight gather and can be slower than both)
     assert times[Prefetch.PREVIOUS_OP] < times[Prefetch.NONE]
-    assert times[Prefetch.IDEAL] < times[Prefetch.NONE]
     symmetric = simulate_step(StepSpec(TINY, "collective", 8, prefetch=Prefetch.PREVIOUS_OP), hardware, mapping)
     assert symmetric.fidelity == "symmetric"
     assert symmetric.step_time_s == pytest.approx(times[Prefetch.PREVIOUS_OP], rel=1e-9)
