@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 from tpusim.engine.tensor import Tensor, add, concat
-from tpusim.errors import unknown_name
+from tpusim.errors import Choice
 
 
-class Op(StrEnum):
+class Op(Choice):
     ALL_GATHER = "all-gather"
     REDUCE_SCATTER = "reduce-scatter"
     ALL_REDUCE = "all-reduce"
@@ -27,25 +26,19 @@ class Op(StrEnum):
     SEND_RECV = "send-recv"
 
     @classmethod
-    def parse(cls, name: str) -> Op:
-        try:
-            return cls(name)
-        except ValueError:
-            raise unknown_name("collective operation", name, [o.value for o in cls]) from None
+    def kind(cls) -> str:
+        return "collective operation"
 
 
-class Ring(StrEnum):
+class Ring(Choice):
     """How a ring collective uses the two directions of its links."""
 
     BIDIRECTIONAL = "bi"  # each shard split in halves travelling opposite ways
     UNIDIRECTIONAL = "uni"
 
     @classmethod
-    def parse(cls, name: str) -> Ring:
-        try:
-            return cls(name)
-        except ValueError:
-            raise unknown_name("ring variant", str(name), [r.value for r in cls]) from None
+    def kind(cls) -> str:
+        return "ring variant"
 
 
 @dataclass(frozen=True)

@@ -9,25 +9,20 @@ per-link overrides. ``auto`` picks ``symmetric`` where that holds and ``full`` o
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from tpusim.config import HardwareProfile
-from tpusim.errors import unknown_name
+from tpusim.errors import Choice
 from tpusim.topology import MeshMapping
 
 
-class Fidelity(StrEnum):
+class Fidelity(Choice):
     FULL = "full"
     SYMMETRIC = "symmetric"
     ANALYTIC = "analytic"
     AUTO = "auto"
 
     @classmethod
-    def parse(cls, name: str) -> Fidelity:
-        try:
-            return cls(name)
-        except ValueError:
-            raise unknown_name("fidelity", name, [f.value for f in cls]) from None
+    def kind(cls) -> str:
+        return "fidelity"
 
 
 def network_asymmetry(hardware: HardwareProfile, mapping: MeshMapping, *, overrides: bool) -> str | None:

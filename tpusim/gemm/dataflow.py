@@ -11,22 +11,22 @@ transposed layer simply swaps them. Algorithms read this table instead of being 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-from tpusim.errors import unknown_name
+from tpusim.errors import Choice
 
 
-class Dataflow(StrEnum):
+class Dataflow(Choice):
     OS = "os"  # output-stationary
     LS = "ls"  # LHS-stationary
     RS = "rs"  # RHS-stationary
 
     @classmethod
-    def parse(cls, name: str) -> Dataflow:
-        try:
-            return cls(name.lower())
-        except ValueError:
-            raise unknown_name("dataflow", name, [d.value for d in cls]) from None
+    def kind(cls) -> str:
+        return "dataflow"
+
+    @classmethod
+    def case_insensitive(cls) -> bool:
+        return True
 
 
 @dataclass(frozen=True)

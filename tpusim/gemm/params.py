@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from tpusim.config import HardwareProfile
-from tpusim.errors import unknown_name
+from tpusim.errors import Choice
 
 
-class Prefetch(StrEnum):
+class Prefetch(Choice):
     """When a data-independent gather (a weight, or RS's saved activation) may run.
 
     ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
@@ -23,11 +22,8 @@ class Prefetch(StrEnum):
     IDEAL = "ideal"
 
     @classmethod
-    def parse(cls, name: str) -> Prefetch:
-        try:
-            return cls(name)
-        except ValueError:
-            raise unknown_name("prefetch policy", name, [p.value for p in cls]) from None
+    def kind(cls) -> str:
+        return "prefetch policy"
 
 
 def default_prefetch(hardware: HardwareProfile) -> Prefetch:

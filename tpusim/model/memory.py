@@ -11,23 +11,19 @@ input, 2 s b h / t.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from tpusim.config import TransformerModel
-from tpusim.errors import unknown_name
+from tpusim.errors import Choice
 
 
-class Recompute(StrEnum):
+class Recompute(Choice):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
 
     @classmethod
-    def parse(cls, name: str) -> Recompute:
-        try:
-            return cls(name)
-        except ValueError:
-            raise unknown_name("recompute policy", str(name), [r.value for r in cls]) from None
+    def kind(cls) -> str:
+        return "recompute policy"
 
 
 @dataclass(frozen=True)
