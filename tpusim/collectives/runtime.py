@@ -72,7 +72,6 @@ class CollectiveRuntime:
         self.chunks = chunks
         self._seq: dict[tuple[int, int], int] = {}
         self._open: dict[tuple[int, int, int], _Instance] = {}
-        self._plans: dict[tuple[Any, ...], list[Plan]] = {}
         self.records: list[CollectiveRecord] = []
         self.in_flight: dict[int, int] = {}
         self.comm_spans: dict[int, list[tuple[float, float]]] = {}
@@ -201,12 +200,24 @@ class CollectiveRuntime:
                 yield env.timeout(end - env.now)
 
     def _plans_for(self, call: CollectiveCall, group: int) -> list[Plan]:
-        key = (call.op, call.axis, group, call.nbytes, call.root, call.offset, call.ring, call.chunks)
-        plans = self._plans.get(key)
-        if plans is None:
-            embedding = self.sim.mapping.axes[call.axis].groups[group]
-            plans = self._plans[key] = build_plan(call, embedding)
-        return plans
+        embedding = self.sim.mapping.axes[call.axis].groups[group]
+        return _plan_cache(call, embedding)
+
+
+_PLANS: dict[tuple[int, CollectiveCall], tuple[object, list[Plan]]] = {}
+
+
+def _plan_cache(call: CollectiveCall, embedding: object) -> list[Plan]:
+    """Plans depend only on the call and the group's embedding; reuse them across simulations of one mapping."""
+    key = (id(embedding), call)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is embedding:  # the stored embedding keeps its id from being reused
+        return hit[1]
+    if len(_PLANS) > 20_000:
+        _PLANS.clear()
+    plans = build_plan(call, embedding)  # type: ignore[arg-type]
+    _PLANS[key] = (embedding, plans)
+    return plans
 
 
 def _ignore(rank: int, when: float) -> None:
