@@ -46,8 +46,11 @@ class TimingCache:
         self.memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.enabled = True
 
     def get(self, key: str) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
         value = self.memory.get(key)
         if value is None and self.folder is not None:
             path = self.folder / f"{key}.json"
@@ -64,6 +67,8 @@ class TimingCache:
         return copy.deepcopy(value)  # callers may annotate what they get; the entry must not change
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         self._remember(key, value)
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
