@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.config import HardwareProfile
-from tpusim.engine.network import resolve_mapping
+from tests.gemm.helpers import mapping_for
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -17,9 +16,6 @@ from tpusim.hardware import load_hardware
 VARIANTS = [None, "bidirectional-halves"]
 
 
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
-
 
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
@@ -27,7 +23,7 @@ def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-unty
 @pytest.mark.parametrize("variant", VARIANTS, ids=str)
 def test_products_exact(hw_name: str, n: int, variant: str | None) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, n, n)
+    mapping = mapping_for(hw, n, n)
     for dataflow in Dataflow:
         for transpose in (False, True):
             # M, N, K all different so a mispaired block or a swapped axis cannot hide behind a square shape.
@@ -45,7 +41,7 @@ def _shapes(n: int) -> list[tuple[int, int, int]]:
 
 def _run(problem: GemmProblem, variant: str | None, n: int):  # type: ignore[no-untyped-def]
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, n, n)
+    mapping = mapping_for(hw, n, n)
     params = GemmParams(variant=variant)
     result = simulate_gemm(problem, "cannon", params, hw, mapping)
     terms = get_algorithm("cannon").terms(GemmContext(problem, params, (n, n)), CostModel(hw, mapping))
@@ -123,7 +119,7 @@ def test_non_square_mesh() -> None:
 def test_non_square_mesh_through_simulate() -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="needs a square mesh; got 4x8"):
-        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "cannon", GemmParams(), hw, _mapping(hw, 4, 8))
+        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "cannon", GemmParams(), hw, mapping_for(hw, 4, 8))
 
 
 def test_unknown_variant() -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.config import HardwareProfile
-from tpusim.engine.network import resolve_mapping
+from tests.gemm.helpers import assert_exact_products, mapping_for
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -19,28 +18,20 @@ SMALL = (64, 96, 128)
 LARGE = (65536, 8192, 8192)  # GeMM longer than the weight gather on the calibrated profile
 
 
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
-
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, *mesh)
-    for dataflow in Dataflow:
-        for transpose in (False, True):
-            for prefetch in (Prefetch.NONE, Prefetch.IDEAL):
-                problem = GemmProblem(*SMALL, dataflow, transpose)
-                result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), hw, mapping, verify=True)
-                assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
+    mapping = mapping_for(hw, *mesh)
+    assert_exact_products("fsdp", hw, mapping, SMALL, [GemmParams(prefetch=p) for p in (Prefetch.NONE, Prefetch.IDEAL)])
 
 
 @pytest.mark.parametrize("mesh", [(4, 1), (8, 1), (16, 1), (1, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dims in (SMALL, LARGE):
         for prefetch in Prefetch:
             problem = GemmProblem(*dims, dataflow)
@@ -53,7 +44,7 @@ def test_closed_form(dataflow: Dataflow) -> None:
     """os / ls: A(W) + g, or max(A, g) under ideal; rs: g + RdS(dW) whatever the policy (nothing gathered)."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     costs = CostModel(hw, mapping)
     m, n, k = LARGE
     p = 8

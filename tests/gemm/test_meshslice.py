@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from tests.gemm.helpers import mapping_for
 from tpusim.config import Calibration, HardwareProfile, OpCalibration
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -19,9 +19,6 @@ from tpusim.hardware import load_hardware
 MESHES = [(4, 4), (8, 4), (4, 8)]
 SLICED = {Dataflow.OS: "k", Dataflow.LS: "n", Dataflow.RS: "m"}
 
-
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
 
 
 def _problem(dataflow: Dataflow, sliced: int, free: tuple[int, int], transpose: bool = False) -> GemmProblem:
@@ -37,7 +34,7 @@ def _problem(dataflow: Dataflow, sliced: int, free: tuple[int, int], transpose: 
 @pytest.mark.parametrize("mesh", [*MESHES, (8, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
 def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     unit = math.lcm(*mesh) * 8
     for dataflow in Dataflow:
         for transpose in (False, True):
@@ -59,7 +56,7 @@ REGIMES = [((65536, 65536), 8), ((1024, 1024), 2), ((16384, 1024), 2)]
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     unit = math.lcm(*mesh) * 8
     for free, q in REGIMES:
         for slices in range(1, 17):
@@ -77,7 +74,7 @@ def test_physical_reduce_scatters_pipeline_below_twin(dataflow: Dataflow) -> Non
     the form with r dropped from the steady state."""
     hw = load_hardware("tpuv4")
     # 8x4 untransposed puts RS's reduce-scatter on the 8-chip axis; LS needs the transposed layer for that.
-    mapping = _mapping(hw, 8, 4)
+    mapping = mapping_for(hw, 8, 4)
     algorithm = get_algorithm("meshslice")
     for slices in (2, 3):
         problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
@@ -117,7 +114,7 @@ TOY_SHAPE = {"m": 65536, "k": 8192, "n": 32768}
 def test_worked_examples(algorithm: str, dataflow: Dataflow, params: GemmParams,
                          terms_us: tuple[list[float], float, float] | None, total_us: float) -> None:
     hw = _toy()
-    mapping = _mapping(hw, 8, 4)
+    mapping = mapping_for(hw, 8, 4)
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], dataflow)
     result = simulate_gemm(problem, algorithm, params, hw, mapping)
     assert result.analytic_time_s is not None
@@ -133,7 +130,7 @@ def test_worked_examples(algorithm: str, dataflow: Dataflow, params: GemmParams,
 
 def test_mean_overlap_switch_changes_only_the_twin() -> None:
     hw = _toy()
-    mapping = _mapping(hw, 8, 4)
+    mapping = mapping_for(hw, 8, 4)
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], Dataflow.OS)
     result = simulate_gemm(problem, "meshslice", GemmParams(slices=4, compat_mean_overlap=True), hw, mapping)
     assert result.analytic_time_s is not None
@@ -147,7 +144,7 @@ def test_gpt3_ff1_exposed_communication() -> None:
     slice-0 gathers stay exposed (833.57 us, the 32-chip W gather), against the collective's whole X gather
     (4465.77 us); compute (9297.52 us) is the same for both."""
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, 32, 8)
+    mapping = mapping_for(hw, 32, 8)
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     sliced = simulate_gemm(problem, "meshslice", GemmParams(slices=8), hw, mapping)
     baseline = simulate_gemm(problem, "collective", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping)
@@ -163,7 +160,7 @@ def test_infeasible_slice_count_lists_feasible_ones() -> None:
     hw = load_hardware("meshslice-tpu-fit")
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     with pytest.raises(InfeasibleError) as info:
-        simulate_gemm(problem, "meshslice", GemmParams(slices=7), hw, _mapping(hw, 32, 8))
+        simulate_gemm(problem, "meshslice", GemmParams(slices=7), hw, mapping_for(hw, 32, 8))
     assert str(info.value).startswith(
         "--slices 7: the sliced dimension k = 12288 is not divisible by lcm(32, 8) x 8 x 7; "
         "feasible slice counts: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48"
@@ -197,4 +194,4 @@ def test_slices_rejected_by_collective() -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="--slices 4 does not apply to algorithm 'collective'"):
         simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "collective", GemmParams(slices=4), hw,
-                      _mapping(hw, 4, 4))
+                      mapping_for(hw, 4, 4))

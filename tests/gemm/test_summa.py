@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.gemm.helpers import mapping_for
 from tpusim.config import Calibration, HardwareProfile, OpCalibration
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -17,16 +17,13 @@ from tpusim.hardware import load_hardware
 MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
 
 
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
-
 
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dataflow in Dataflow:
         for transpose in (False, True):
             # M, N, K all different so a misplaced panel or a swapped axis cannot hide behind a square shape.
@@ -45,7 +42,7 @@ SHAPES = [(262144, 262144, 262144), (1024, 1024, 1024), (16384, 1024, 1024), (10
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     algorithm = get_algorithm("summa")
     bottlenecks = set()
     for m, n, k in SHAPES:
@@ -68,7 +65,7 @@ def test_physical_reduces_pipeline_below_twin(dataflow: Dataflow) -> None:
     the reduce is the steady-state bottleneck the DES is faster than the twin, yet never faster than the
     form with the reduce dropped from the steady state."""
     hw = load_hardware("tpuv4")
-    mapping = _mapping(hw, 8, 4)
+    mapping = mapping_for(hw, 8, 4)
     problem = GemmProblem(64, 128, 256, dataflow, transpose=dataflow is Dataflow.LS)  # reduce on the 8-chip axis
     params = GemmParams(prefetch=Prefetch.PREVIOUS_OP)
     result = simulate_gemm(problem, "summa", params, hw, mapping)
@@ -92,7 +89,7 @@ def _toy() -> HardwareProfile:
 
 def test_worked_example_os() -> None:
     hw = _toy()
-    mapping = _mapping(hw, 8, 4)
+    mapping = mapping_for(hw, 8, 4)
     problem = GemmProblem(65536, 32768, 8192, Dataflow.OS)
     result = simulate_gemm(problem, "summa", GemmParams(), hw, mapping)
     (b_x, b_w), r, g = get_algorithm("summa").terms(GemmContext(problem, GemmParams(), (8, 4)), CostModel(hw, mapping))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.gemm.helpers import mapping_for
 from tpusim.config import HardwareProfile
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
@@ -20,20 +20,17 @@ SMALL = (64, 96, 128)  # (m, n, k): distinct; the circulated dimension cuts into
 LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile
 
 
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
-
 
 def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> RingTerms:
     axis = 0 if mesh[1] == 1 else 1
-    return ring_terms(problem, (None, axis), mesh, CostModel(hw, _mapping(hw, *mesh), problem.dtype))
+    return ring_terms(problem, (None, axis), mesh, CostModel(hw, mapping_for(hw, *mesh), problem.dtype))
 
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dataflow in Dataflow:
         for transpose in (False, True):  # no axis pair to swap: must not change the result
             problem = GemmProblem(*SMALL, dataflow, transpose)
@@ -55,7 +52,7 @@ def test_sharding_is_megatron() -> None:
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dims, shift_bound in ((SMALL, True), (LARGE, False)):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mesh)
@@ -72,7 +69,7 @@ def test_reference_form_counts_one_extra_roll(dataflow: Dataflow) -> None:
     max(roll - g, 0). Its roll (rolled bytes / (2 beta) + lambda + alpha) is exactly one half-block shift."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mesh)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.gemm.helpers import assert_exact_products, mapping_for
 from tpusim.config import HardwareProfile
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
@@ -20,12 +20,9 @@ SMALL = (128, 192, 256)  # (m, n, k): distinct, every dimension a multiple of 2 
 LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile (wide non-circulated dims)
 
 
-def _mapping(hw: HardwareProfile, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
-
 
 def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> RingTerms:
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     axes = (problem.layout.axis(0), problem.layout.axis(1))
     return ring_terms(problem, axes, mesh, CostModel(hw, mapping, problem.dtype))
 
@@ -34,13 +31,8 @@ def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> 
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = _mapping(hw, *mesh)
-    for dataflow in Dataflow:
-        for transpose in (False, True):
-            for prefetch in (Prefetch.NONE, Prefetch.IDEAL):
-                problem = GemmProblem(*SMALL, dataflow, transpose)
-                result = simulate_gemm(problem, "wang", GemmParams(prefetch=prefetch), hw, mapping, verify=True)
-                assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
+    mapping = mapping_for(hw, *mesh)
+    assert_exact_products("wang", hw, mapping, SMALL, [GemmParams(prefetch=p) for p in (Prefetch.NONE, Prefetch.IDEAL)])
 
 
 @pytest.mark.parametrize("mesh", [*MESHES, (2, 4), (4, 2)], ids=lambda m: f"{m[0]}x{m[1]}")
@@ -51,7 +43,7 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
     The 2-chip ring (4x2 not transposed) circulates whole blocks one way (a 2-ring has one neighbour).
     """
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dims, shift_bound in ((SMALL, True), (LARGE, False)):
         for transpose in (False, True):
             problem = GemmProblem(*dims, dataflow, transpose)
@@ -69,7 +61,7 @@ def test_reference_form_counts_one_extra_shift(dataflow: Dataflow) -> None:
     GeMM-bound. (Prefetch ``none``: the reference form exposes the blocking weight gather.)"""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 4)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mesh)
@@ -85,7 +77,7 @@ def test_ideal_prefetch_overlaps_the_weight_gather() -> None:
     for the first product, which needs the weight: max(A + (C-1) sigma, loop) rather than max(A, loop)."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 4)
-    mapping = _mapping(hw, *mesh)
+    mapping = mapping_for(hw, *mesh)
     for dataflow in (Dataflow.OS, Dataflow.LS):
         problem = GemmProblem(*SMALL, dataflow)
         terms = _terms(problem, hw, mesh)

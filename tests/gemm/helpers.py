@@ -1,0 +1,28 @@
+"""Helpers the GeMM algorithm tests share: the mesh on a profile's network, and the exact-product check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.network import resolve_mapping
+from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import simulate_gemm
+from tpusim.topology import MeshMapping
+
+
+def mapping_for(hw: HardwareProfile, rows: int, cols: int) -> MeshMapping:
+    """The abstract rings on a calibrated profile, a wrapped torus of the mesh's shape on a physical one."""
+    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
+
+
+def assert_exact_products(algorithm: str, hw: HardwareProfile, mapping: MeshMapping, dims: tuple[int, int, int],
+                          params: Iterable[GemmParams]) -> None:
+    """Every dataflow, plain and transposed, under each of ``params``, reproduces the dense product."""
+    for setting in params:
+        for dataflow in Dataflow:
+            for transpose in (False, True):
+                problem = GemmProblem(*dims, dataflow, transpose)
+                result = simulate_gemm(problem, algorithm, setting, hw, mapping, verify=True)
+                assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
