@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,11 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
                     _prefetch(profile, prefetch), variant, Recompute.parse(recompute), bytes_per_param,
                     allow_infeasible=allow_infeasible, extrapolate=not all_layers,
                     fidelity=Fidelity.parse(fidelity), embedding=bool(embedding), optimizer=bool(optimizer))
+    if layer_slices is None and alg.uses_slices:
+        # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
+        from tpusim.tuning.slices import best_slices
+
+        spec = replace(spec, slices=best_slices(spec, profile, mapping))
     return simulate_step(spec, profile, mapping,
                          chip_slowdown=parse_slow_chips(slow_chips, count) or None,
                          link_overrides=parse_slow_links(slow_links, mapping) or None)

@@ -1,0 +1,49 @@
+"""Choosing each FF layer's slice count for a fixed mesh and fixed dataflows (``step`` without ``--slices``).
+
+A layer's three GeMMs slice the same dimension, so one K serves all three passes; layers are independent
+given their layouts, so each layer takes the feasible K whose simulated forward, backward-data and
+backward-weight GeMMs are fastest together (ties: the smaller K).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.fidelity import Fidelity
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import get_algorithm
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.model.layer import Pass, ff_layers
+from tpusim.model.step import StepSpec
+from tpusim.topology import MeshMapping
+from tpusim.tuning.space import slice_counts
+
+
+def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> tuple[int, ...]:
+    """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``."""
+    algorithm = get_algorithm(spec.algorithm)
+    mesh = mapping.shape
+    tokens = spec.batch * spec.model.sequence
+    fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
+    chosen = []
+    for layer in ff_layers(spec.model, tokens, spec.dataflows, spec.transposes):
+        problems = [layer.gemm(which, spec.dtype) for which in Pass]
+        base = GemmParams(spec.prefetch, variant=spec.variant)
+        timed: list[tuple[float, int]] = []
+        for k in slice_counts(problems, mesh, base.block):
+            params = replace(base, slices=k)
+            try:
+                for problem in problems:
+                    check_gemm(algorithm, problem, mesh, params)
+            except InfeasibleError:
+                continue
+            total = sum(simulate_gemm(p, algorithm.name, params, hardware, mapping, fidelity=fidelity).time_s
+                        for p in problems)
+            timed.append((total, k))
+        if not timed:
+            raise InfeasibleError(f"no slice count is feasible for layer {layer.name} on mesh {mesh[0]}x{mesh[1]}; "
+                                  "give --slices and --allow-infeasible to time the nearest one")
+        chosen.append(min(timed)[1])
+    return tuple(chosen)
