@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from tpusim.collectives.analytic import calibrated_time, physical_time
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.ops import CollectiveCall, Op, Ring
@@ -158,7 +156,3 @@ def simulate_collective(
         transfers=transfers, events=sim.events, mapping=mapping.describe(), notes=notes,
     )
 
-
-def link_bytes(sim: Simulation) -> np.ndarray:
-    """Bytes per directed link (empty on the abstract network)."""
-    return sim.links.bytes.copy() if sim.links is not None else np.zeros(0)

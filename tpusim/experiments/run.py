@@ -92,9 +92,6 @@ def run_experiment(
     hashes = [point_hash(p) for p in points]
     todo = [(i, p.model_dump(by_alias=True)) for i, p in enumerate(points)
             if i not in files.points or files.points[i].get("point_hash") != hashes[i]]
-    if not resume and (out_dir / "results.json").exists():
-        files.points.clear()
-        files.rows.clear()
     pending = dict(todo)
     files.flush({"started": time.time()})
     fault_after = int(os.environ.get(FAULT_ENV, "0") or 0)

@@ -55,6 +55,12 @@ def block_shape(shape: tuple[int, int], placement: Placement, mesh: tuple[int, i
     return (out[0], out[1])
 
 
+def operand_blocks(x_shape: tuple[int, int], w_shape: tuple[int, int], sharding: Sharding,
+                   mesh: tuple[int, int]) -> dict[str, tuple[int, int]]:
+    """Per-chip block shapes of the stored operands, keyed "x" and "w" as the role table names them."""
+    return {"x": block_shape(x_shape, sharding.x, mesh, "X"), "w": block_shape(w_shape, sharding.w, mesh, "W")}
+
+
 def take_block(matrix: np.ndarray, placement: Placement, mesh: tuple[int, int], index: tuple[int, int]) -> np.ndarray:
     """Chip ``index``'s block of ``matrix``."""
     slices = []

@@ -29,7 +29,7 @@ from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import assemble, block_shape, take_block
+from tpusim.gemm.sharding import assemble, block_shape, operand_blocks, take_block
 from tpusim.topology import MeshMapping
 
 
@@ -133,8 +133,8 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         rng = np.random.default_rng(seed)
         x_global = rng.standard_normal(problem.x_shape)
         w_global = rng.standard_normal(problem.w_shape)
-    x_block = block_shape(problem.x_shape, sharding.x, mesh, "X")
-    w_block = block_shape(problem.w_shape, sharding.w, mesh, "W")
+    blocks_shape = operand_blocks(problem.x_shape, problem.w_shape, sharding, mesh)
+    x_block, w_block = blocks_shape["x"], blocks_shape["w"]
 
     def blocks(dev: Device) -> tuple[GemmContext, Tensor, Tensor]:
         xd = None if x_global is None else take_block(x_global, sharding.x, mesh, dev.index)
@@ -184,8 +184,6 @@ def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: Gem
     twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
     if twin is None:
         raise InfeasibleError("fidelity analytic: no closed form covers this mapping; use auto or full")
-    compute = GemmContext(problem, params, mapping.shape)
-    del compute
     mesh = mapping.shape
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,

@@ -29,7 +29,7 @@ from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
 from tpusim.gemm.dataflow import Dataflow
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, Prefetch
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.model.feasibility import split_for
 from tpusim.model.layer import (
@@ -217,9 +217,8 @@ def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], slices:
                 violations.append(f"{op.name}: {error.message}; timed with slices {fallback}")
             params = replace(params, slices=fallback)
         ctx = GemmContext(op.problem, params, mesh)
-        sharding = algorithm.sharding(op.problem, mesh)
-        x = Tensor(block_shape(op.problem.x_shape, sharding.x, mesh, "X"), spec.dtype)
-        w = Tensor(block_shape(op.problem.w_shape, sharding.w, mesh, "W"), spec.dtype)
+        blocks = operand_blocks(op.problem.x_shape, op.problem.w_shape, algorithm.sharding(op.problem, mesh), mesh)
+        x, w = Tensor(blocks["x"], spec.dtype), Tensor(blocks["w"], spec.dtype)
         prepared[op.name] = _PreparedGemm(algorithm, ctx, x, w)
     return prepared
 

@@ -37,7 +37,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 
 TEXTBOOK = "textbook"
 HALVES = "bidirectional-halves"
@@ -166,11 +166,7 @@ class Cannon(GemmAlgorithm):
         ``out_gather`` (LS/RS: the final all-gather of the output block)."""
         problem, roles = ctx.problem, ctx.roles
         n = ctx.size(0)
-        sharding = self.sharding(problem, ctx.mesh)
-        blocks = {
-            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
-            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
-        }
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
         m, nn, k = product_dims(problem.dataflow, blocks["x"], blocks["w"])
         size = {op: shape[0] * shape[1] for op, shape in blocks.items()}
         moving = [(ctx.axis(mv.axis), size[mv.operand]) for mv in roles.gathers]

@@ -15,7 +15,7 @@ from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import Prefetch
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 
 
 @register
@@ -50,11 +50,7 @@ class CollectiveGemm(GemmAlgorithm):
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles
-        sharding = self.sharding(problem, ctx.mesh)
-        blocks = {
-            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
-            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
-        }
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
         gathered = dict(blocks)
         times = {}
         for mv in roles.gathers:

@@ -27,7 +27,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams, Prefetch
-from tpusim.gemm.sharding import Sharding, block_shape
+from tpusim.gemm.sharding import Sharding, operand_blocks
 
 from .placement import line_axis, role_sharding
 
@@ -69,11 +69,7 @@ class FsdpGemm(GemmAlgorithm):
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles
         axis = line_axis(self.name, ctx.mesh)
-        sharding = self.sharding(problem, ctx.mesh)
-        shapes = {
-            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
-            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
-        }
+        shapes = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
         gather = 0.0
         for mv in roles.gathers:
             if mv.axis == 0:

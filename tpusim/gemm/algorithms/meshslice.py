@@ -30,7 +30,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 
 
 def slice_count(params: GemmParams) -> int:
@@ -108,11 +108,7 @@ class MeshSlice(GemmAlgorithm):
         """Per-slice times: the gathers (one per gathered operand), the reduce-scatter (0 for OS), the GeMM."""
         problem, roles = ctx.problem, ctx.roles
         slices = slice_count(ctx.params)
-        sharding = self.sharding(problem, ctx.mesh)
-        blocks = {
-            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
-            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
-        }
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
         gathered = dict(blocks)
         gathers = []
         for mv in roles.gathers:

@@ -43,7 +43,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import Dataflow, GemmProblem, Move, Roles
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import Prefetch
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 
 from .placement import RoleAxes, role_sharding, stored_dims
 
@@ -241,11 +241,7 @@ def ring_terms(problem: GemmProblem, axes: RoleAxes, mesh: tuple[int, int], cost
     assert ring is not None
     n = mesh[ring]
     ways = halves(n)
-    sharding = role_sharding(axes)
-    shapes = {
-        "x": block_shape(problem.x_shape, sharding.x, mesh, "X"),
-        "w": block_shape(problem.w_shape, sharding.w, mesh, "W"),
-    }
+    shapes = operand_blocks(problem.x_shape, problem.w_shape, role_sharding(axes), mesh)
     gather = 0.0
     if outer.operand != "y" and axes[0] is not None:
         block = shapes[outer.operand]

@@ -26,7 +26,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import block_shape
+from tpusim.gemm.sharding import operand_blocks
 
 
 def step_count(ctx: GemmContext) -> int:
@@ -105,11 +105,7 @@ class Summa(GemmAlgorithm):
         """Per-step times: one broadcast per gathered operand, the reduce (0 for OS), the panel GeMM."""
         problem, roles = ctx.problem, ctx.roles
         steps = step_count(ctx)
-        sharding = self.sharding(problem, ctx.mesh)
-        blocks = {
-            "x": block_shape(problem.x_shape, sharding.x, ctx.mesh, "X"),
-            "w": block_shape(problem.w_shape, sharding.w, ctx.mesh, "W"),
-        }
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
         panels = dict(blocks)
         broadcasts = []
         for mv in roles.gathers:
