@@ -30,12 +30,13 @@ from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.experiments import calls
 from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import analytic_gemm
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
+from tpusim.vocabulary import Dataflow, Prefetch
 
 GROUP_BYTES = 64_000_000  # 64 MB per gathered tensor
 

@@ -8,9 +8,6 @@ raise these.
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Self
-
 
 class TpusimError(Exception):
     """Base of every error tpusim raises on purpose."""
@@ -82,24 +79,3 @@ def unknown_name(kind: str, name: str, known: list[str] | tuple[str, ...]) -> Un
         f"unknown {kind} {name!r}; valid: {', '.join(sorted(known))}",
         f"did you mean {guess!r}?" if guess else None,
     )
-
-
-class Choice(StrEnum):
-    """A closed set of names; ``parse`` turns a bad one into the standard unknown-name error."""
-
-    @classmethod
-    def kind(cls) -> str:
-        """What the names are, for messages ("dataflow", "fidelity", ...)."""
-        return cls.__name__.lower()
-
-    @classmethod
-    def case_insensitive(cls) -> bool:
-        return False
-
-    @classmethod
-    def parse(cls, name: object) -> Self:
-        text = str(name)
-        try:
-            return cls(text.lower() if cls.case_insensitive() else text)
-        except ValueError:
-            raise unknown_name(cls.kind(), text, [member.value for member in cls]) from None

@@ -14,6 +14,7 @@ ORDER = ["units", "errors", "config", "hardware", "topology", "engine", "collect
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["errors"] = -1  # the exception hierarchy is importable from everywhere
 RANK["units"] = -1
+RANK["vocabulary"] = -1  # the shared names, importable from everywhere
 
 
 def _layer(module: str) -> str | None:

@@ -11,15 +11,15 @@ import functools
 
 import pytest
 
-from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective, twin_time
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
+from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
 SIZES = (2, 3, 4, 5, 7, 8, 12, 16, 31, 32, 64)
 UNITS = (45_000, 180_000)  # bytes of one shard (AG), output shard (RS, AR) or one part (all-to-all)
-GROUP_OPS = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE)
+GROUP_OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE)
 
 
 @functools.cache
@@ -27,11 +27,11 @@ def _mapping(spec: str, rows: int, cols: int) -> MeshMapping:
     return map_mesh(parse_topology(spec), rows, cols)
 
 
-def _nbytes(op: Op, n: int, unit: int) -> int:
+def _nbytes(op: CollectiveOp, n: int, unit: int) -> int:
     """``--bytes`` whose unit size (``CollectiveCall.unit_bytes``) is ``unit``."""
     if op in GROUP_OPS:
         return unit * n
-    if op is Op.ALL_TO_ALL:
+    if op is CollectiveOp.ALL_TO_ALL:
         return unit * n * n
     return unit
 
@@ -48,14 +48,14 @@ def _assert_twin(result: CollectiveResult) -> None:
 @pytest.mark.parametrize("unit", UNITS)
 @pytest.mark.parametrize("chunks", [1, 4])
 @pytest.mark.parametrize("ring", list(Ring))
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(CollectiveOp))
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_one_group_matches_twin(kind: str, n: int, op: Op, ring: Ring, chunks: int, unit: int) -> None:
+def test_one_group_matches_twin(kind: str, n: int, op: CollectiveOp, ring: Ring, chunks: int, unit: int) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     assert mapping.axes[1].closed is (kind == "torus" and n >= 3)
     spec = CollectiveSpec(op, 1, _nbytes(op, n, unit), ring, chunks)
-    if op is Op.ALL_TO_ALL and chunks > 1:  # no form is claimed; nothing to compare
+    if op is CollectiveOp.ALL_TO_ALL and chunks > 1:  # no form is claimed; nothing to compare
         assert twin_time(spec, TPUV4, mapping) is None
         return
     result = _run(mapping, spec)
@@ -72,10 +72,10 @@ def _roots(n: int) -> list[int]:
 
 @pytest.mark.parametrize("chunks", [1, 4])
 @pytest.mark.parametrize("ring", list(Ring))
-@pytest.mark.parametrize("op", [Op.BROADCAST, Op.REDUCE])
+@pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.REDUCE])
 @pytest.mark.parametrize("n", ROOT_SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_broadcast_and_reduce_roots(kind: str, n: int, op: Op, ring: Ring, chunks: int) -> None:
+def test_broadcast_and_reduce_roots(kind: str, n: int, op: CollectiveOp, ring: Ring, chunks: int) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     for root in _roots(n):
         _assert_twin(_run(mapping, CollectiveSpec(op, 1, 180_000, ring, chunks, root=root)))
@@ -87,7 +87,7 @@ def test_broadcast_and_reduce_roots(kind: str, n: int, op: Op, ring: Ring, chunk
 def test_shift_offsets_unchunked(kind: str, n: int, ring: Ring) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     for offset in sorted({1, 2, n // 2, n // 2 + 1, n - 1, -1, n + 1, 2 * n + 3}):
-        _assert_twin(_run(mapping, CollectiveSpec(Op.SHIFT, 1, 180_000, ring, 1, offset=offset)))
+        _assert_twin(_run(mapping, CollectiveSpec(CollectiveOp.SHIFT, 1, 180_000, ring, 1, offset=offset)))
 
 
 @pytest.mark.parametrize("ring", list(Ring))
@@ -99,7 +99,7 @@ def test_shift_by_one_rank_chunked(kind: str, n: int, ring: Ring) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     offsets = (1, n + 1, -1, n - 1) if kind == "torus" and ring is Ring.BIDIRECTIONAL else (1, n + 1)
     for offset in offsets:
-        _assert_twin(_run(mapping, CollectiveSpec(Op.SHIFT, 1, 180_000, ring, 4, offset=offset)))
+        _assert_twin(_run(mapping, CollectiveSpec(CollectiveOp.SHIFT, 1, 180_000, ring, 4, offset=offset)))
 
 
 @pytest.mark.parametrize("chunks", [1, 4])
@@ -110,7 +110,7 @@ def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
     mapping = _mapping(f"{kind}:{n}", 1, n)
     for src in _roots(n):
         for dst in _roots(n):
-            spec = CollectiveSpec(Op.SEND_RECV, 1, 180_000, ring, chunks, root=src, offset=dst)
+            spec = CollectiveSpec(CollectiveOp.SEND_RECV, 1, 180_000, ring, chunks, root=src, offset=dst)
             result = _run(mapping, spec)
             _assert_twin(result)
             assert (result.time_s == 0.0) is (src == dst)
@@ -122,21 +122,21 @@ def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
 def test_chunked_multi_step_shift_claims_no_closed_form(spec: str, offset: int) -> None:
     # offset k puts k messages on every link and their chunks interleave: the chain form would undercount
     n = int(spec.split(":")[1])
-    result = _run(_mapping(spec, 1, n), CollectiveSpec(Op.SHIFT, 1, 2_000_000, Ring.UNIDIRECTIONAL, 4,
+    result = _run(_mapping(spec, 1, n), CollectiveSpec(CollectiveOp.SHIFT, 1, 2_000_000, Ring.UNIDIRECTIONAL, 4,
                                                        offset=offset))
     assert result.analytic_time_s is None
     assert result.max_link_bytes is not None
     assert result.time_s >= result.max_link_bytes / 45e9
 
 
-@pytest.mark.parametrize("op", list(Op))
-def test_group_of_one_takes_no_time(op: Op) -> None:
+@pytest.mark.parametrize("op", list(CollectiveOp))
+def test_group_of_one_takes_no_time(op: CollectiveOp) -> None:
     result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(op, 0, 1000, offset=0))
     assert (result.time_s, result.analytic_time_s, result.bytes_sent, result.transfers) == (0, 0, 0, 0)
 
 
 def test_no_closed_form_is_noted() -> None:
-    result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(Op.ALL_TO_ALL, 1, 8 * 8 * 1000, chunks=2))
+    result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(CollectiveOp.ALL_TO_ALL, 1, 8 * 8 * 1000, chunks=2))
     assert result.analytic_time_s is None
     assert result.time_s > 0
     assert result.notes == [
@@ -149,17 +149,17 @@ TORUS_2D = [("torus:8x4", 8, 4), ("torus:4x8", 4, 8), ("mesh:6x4", 6, 4)]
 
 @pytest.mark.parametrize("chunks", [1, 4])
 @pytest.mark.parametrize("ring", list(Ring))
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(CollectiveOp))
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize(("spec", "rows", "cols"), TORUS_2D)
 def test_all_groups_of_2d_network_run_without_interference(
-    spec: str, rows: int, cols: int, axis: int, op: Op, ring: Ring, chunks: int
+    spec: str, rows: int, cols: int, axis: int, op: CollectiveOp, ring: Ring, chunks: int
 ) -> None:
     mapping = _mapping(spec, rows, cols)
     n = mapping.shape[axis]
     result = _run(mapping, CollectiveSpec(op, axis, _nbytes(op, n, 180_000), ring, chunks, root=n - 1))
     assert result.groups == mapping.shape[1 - axis]
-    if op is Op.ALL_TO_ALL and chunks > 1:
+    if op is CollectiveOp.ALL_TO_ALL and chunks > 1:
         assert result.analytic_time_s is None
         return
     _assert_twin(result)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.ops import Ring
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping, abstract_mesh, map_mesh, parse_topology
+from tpusim.vocabulary import Ring
 
 MESHES = {
     "tpuv4-4x4x4-16x4": ("tpuv4", lambda: map_mesh(parse_topology("4x4x4"), 16, 4)),

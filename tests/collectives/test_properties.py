@@ -7,10 +7,10 @@ import functools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.topology import MeshMapping, abstract_mesh, map_mesh, parse_topology
+from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
 FAST = scaled_profile(TPUV4, bandwidth=2)
@@ -28,12 +28,12 @@ def _mapping(spec: str, rows: int, cols: int) -> MeshMapping:
     n=st.integers(3, 12),
     groups=st.integers(1, 4),
     shard_units=st.integers(1, 5000),
-    op=st.sampled_from([Op.ALL_GATHER, Op.REDUCE_SCATTER]),
+    op=st.sampled_from([CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER]),
     ring=st.sampled_from(list(Ring)),
     chunks=st.sampled_from([1, 2, 4]),
 )
 def test_ring_gather_and_scatter_conserve_bytes(
-    n: int, groups: int, shard_units: int, op: Op, ring: Ring, chunks: int
+    n: int, groups: int, shard_units: int, op: CollectiveOp, ring: Ring, chunks: int
 ) -> None:
     """Each of n ranks sends (n-1) shards (as halves both ways on a bidirectional ring), one hop each."""
     shard = 8 * shard_units  # halves and chunks stay whole bytes
@@ -54,7 +54,7 @@ NETWORKS = [("torus:6x4", 6, 4), ("mesh:5x4", 5, 4), ("4x4x4", 8, 8), ("torus:7"
 @given(
     network=st.sampled_from(NETWORKS),
     axis=st.sampled_from([0, 1]),
-    op=st.sampled_from(list(Op)),
+    op=st.sampled_from(list(CollectiveOp)),
     ring=st.sampled_from(list(Ring)),
     chunks=st.sampled_from([1, 2, 3]),
     units=st.integers(1, 20000),
@@ -62,13 +62,13 @@ NETWORKS = [("torus:6x4", 6, 4), ("mesh:5x4", 5, 4), ("4x4x4", 8, 8), ("torus:7"
     offset=st.integers(-8, 8),
 )
 def test_more_bandwidth_is_never_slower_physical(
-    network: tuple[str, int, int], axis: int, op: Op, ring: Ring, chunks: int, units: int, root: int,
+    network: tuple[str, int, int], axis: int, op: CollectiveOp, ring: Ring, chunks: int, units: int, root: int,
     offset: int,
 ) -> None:
     spec_text, rows, cols = network
     mapping = _mapping(spec_text, rows, cols)
     n = mapping.shape[axis]
-    destination = offset % n if op is Op.SEND_RECV else offset  # a shift distance may be any integer
+    destination = offset % n if op is CollectiveOp.SEND_RECV else offset  # a shift distance may be any integer
     spec = CollectiveSpec(op, axis, units * n * n, ring, chunks, root % n, destination)
     slow = simulate_collective(spec, TPUV4, mapping)
     fast = simulate_collective(spec, FAST, mapping)
@@ -80,12 +80,12 @@ def test_more_bandwidth_is_never_slower_physical(
 @given(
     shape=st.sampled_from([(8, 8), (32, 8), (4, 16)]),
     axis=st.sampled_from([0, 1]),
-    op=st.sampled_from(list(Op)),
+    op=st.sampled_from(list(CollectiveOp)),
     units=st.integers(1, 10**6),
     offset=st.integers(1, 8),
 )
 def test_more_bandwidth_is_never_slower_calibrated(
-    shape: tuple[int, int], axis: int, op: Op, units: int, offset: int
+    shape: tuple[int, int], axis: int, op: CollectiveOp, units: int, offset: int
 ) -> None:
     n = shape[axis]
     spec = CollectiveSpec(op, axis, units * n * n, offset=offset % n)

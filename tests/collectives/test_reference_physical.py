@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.hardware import load_hardware
 from tpusim.topology import map_mesh, parse_topology
+from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
 B, A = 45e9, 1e-6
@@ -30,19 +30,19 @@ def test_profile_is_the_reference_network() -> None:
 
 CASES = [
     # (topology, rows, cols, axis map, op, ring, formula, reference figure in us)
-    ("torus:16", 1, 16, None, Op.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / (2 * B)), 681.67),
-    ("4x4x16", 16, 16, "x*y,z", Op.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / (2 * B)), 681.67),
-    ("torus:16", 1, 16, None, Op.ALL_GATHER, Ring.UNIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
-    ("4x4x16", 16, 16, "x*y,z", Op.ALL_GATHER, Ring.UNIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
-    ("mesh:16", 1, 16, None, Op.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
-    ("torus:16", 1, 16, None, Op.ALL_REDUCE, Ring.BIDIRECTIONAL, 2 * 15 * (A + S16 / (2 * B)), 1363.33),
-    ("4x4x16", 16, 16, "x*y,z", Op.ALL_REDUCE, Ring.BIDIRECTIONAL, 2 * 15 * (A + S16 / (2 * B)), 1363.33),
+    ("torus:16", 1, 16, None, CollectiveOp.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / (2 * B)), 681.67),
+    ("4x4x16", 16, 16, "x*y,z", CollectiveOp.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / (2 * B)), 681.67),
+    ("torus:16", 1, 16, None, CollectiveOp.ALL_GATHER, Ring.UNIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
+    ("4x4x16", 16, 16, "x*y,z", CollectiveOp.ALL_GATHER, Ring.UNIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
+    ("mesh:16", 1, 16, None, CollectiveOp.ALL_GATHER, Ring.BIDIRECTIONAL, 15 * (A + S16 / B), 1348.33),
+    ("torus:16", 1, 16, None, CollectiveOp.ALL_REDUCE, Ring.BIDIRECTIONAL, 2 * 15 * (A + S16 / (2 * B)), 1363.33),
+    ("4x4x16", 16, 16, "x*y,z", CollectiveOp.ALL_REDUCE, Ring.BIDIRECTIONAL, 2 * 15 * (A + S16 / (2 * B)), 1363.33),
 ]
 
 
 @pytest.mark.parametrize(("spec", "rows", "cols", "axis_map", "op", "ring", "formula", "figure"), CASES)
 def test_worked_number(
-    spec: str, rows: int, cols: int, axis_map: str | None, op: Op, ring: Ring, formula: float, figure: float
+    spec: str, rows: int, cols: int, axis_map: str | None, op: CollectiveOp, ring: Ring, formula: float, figure: float
 ) -> None:
     mapping = map_mesh(parse_topology(spec), rows, cols, axis_map)
     result = simulate_collective(CollectiveSpec(op, 1, int(N), ring), TPUV4, mapping)
@@ -83,7 +83,7 @@ BOOK_SHARD = 1024 * 4096 * 2 // 16  # bf16 [1024, 4096] sharded over X and Y of 
 def test_scaling_book_gather_over_x() -> None:
     mapping = map_mesh(parse_topology("4x4x4"), 4, 16, "x,y*z")
     assert mapping.axes[0].describe()["physical"] == ["x"]
-    result = simulate_collective(CollectiveSpec(Op.ALL_GATHER, 0, 4 * BOOK_SHARD), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 0, 4 * BOOK_SHARD), TPUV4, mapping)
     assert result.time_s == pytest.approx(3 * (A + BOOK_SHARD / (2 * B)), rel=1e-9)
     assert round(result.time_s * 1e6, 2) == 20.48
 

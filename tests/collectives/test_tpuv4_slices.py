@@ -6,10 +6,10 @@ import functools
 
 import pytest
 
-from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
+from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
 
@@ -32,28 +32,28 @@ def _mapping(spec: str, rows: int, cols: int, axis_map: str | None) -> MeshMappi
     return map_mesh(parse_topology(spec), rows, cols, axis_map)
 
 
-def _nbytes(op: Op, n: int) -> int:
+def _nbytes(op: CollectiveOp, n: int) -> int:
     unit = 1_000_000
-    if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE):
+    if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE):
         return unit * n
-    if op is Op.ALL_TO_ALL:
+    if op is CollectiveOp.ALL_TO_ALL:
         return unit * n * n
     return unit
 
 
 @pytest.mark.parametrize("chunks", [1, 4])
 @pytest.mark.parametrize("ring", list(Ring))
-@pytest.mark.parametrize("op", list(Op))
+@pytest.mark.parametrize("op", list(CollectiveOp))
 @pytest.mark.parametrize(("spec", "rows", "cols", "axis_map", "axis", "size", "embedding"), SLICES, ids=IDS)
 def test_slice_axis_matches_twin(
     spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str,
-    op: Op, ring: Ring, chunks: int,
+    op: CollectiveOp, ring: Ring, chunks: int,
 ) -> None:
     mapping = _mapping(spec, rows, cols, axis_map)
     described = mapping.axes[axis].describe()
     assert (described["size"], described["embedding"], described["max_hops"]) == (size, embedding, 1)
     assert described["closed"] is (embedding != "line")
-    if op is Op.ALL_TO_ALL and chunks > 1:
+    if op is CollectiveOp.ALL_TO_ALL and chunks > 1:
         return  # no closed form is claimed
     result = simulate_collective(CollectiveSpec(op, axis, _nbytes(op, size), ring, chunks, root=size - 1),
                                  TPUV4, mapping)
@@ -61,10 +61,10 @@ def test_slice_axis_matches_twin(
     assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
 
-@pytest.mark.parametrize("op", [Op.BROADCAST, Op.REDUCE, Op.SEND_RECV])
+@pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.REDUCE, CollectiveOp.SEND_RECV])
 @pytest.mark.parametrize(("spec", "rows", "cols", "axis_map", "axis", "size", "embedding"), SLICES, ids=IDS)
 def test_slice_roots(
-    spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str, op: Op
+    spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str, op: CollectiveOp
 ) -> None:
     mapping = _mapping(spec, rows, cols, axis_map)
     for root in sorted({0, 1, size // 2, size - 1}):
@@ -76,13 +76,13 @@ def test_slice_roots(
 def test_line_all_gather_is_formula_4() -> None:
     """A 4-chip line: the end link carries 3 whole shards one way, (p-1)(a + S/B)."""
     mapping = _mapping("2x2x4", 4, 4, "x*y,z")
-    result = simulate_collective(CollectiveSpec(Op.ALL_GATHER, 1, 4_000_000), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 4_000_000), TPUV4, mapping)
     assert result.time_s == pytest.approx(3 * (1e-6 + 1e6 / 45e9), rel=1e-9)
     assert result.max_link_bytes == 3e6
 
 
-@pytest.mark.parametrize("op", [Op.BROADCAST, Op.SEND_RECV])
-def test_split_axis_single_message_has_no_claimed_twin(op: Op) -> None:
+@pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.SEND_RECV])
+def test_split_axis_single_message_has_no_claimed_twin(op: CollectiveOp) -> None:
     mapping = _mapping("4x8x8", 16, 16, None)
     assert mapping.axes[1].describe()["embedding"] == "split"
     result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, root=0, offset=8), TPUV4, mapping)

@@ -6,10 +6,11 @@ from collections.abc import Iterable
 
 from tpusim.config import HardwareProfile
 from tpusim.engine.network import resolve_mapping
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Dataflow
 
 
 def mapping_for(hw: HardwareProfile, rows: int, cols: int) -> MeshMapping:

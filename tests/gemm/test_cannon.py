@@ -8,10 +8,11 @@ from tests.gemm.helpers import mapping_for
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow
 
 VARIANTS = [None, "bidirectional-halves"]
 

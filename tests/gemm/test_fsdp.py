@@ -8,10 +8,11 @@ from tests.gemm.helpers import assert_exact_products, mapping_for
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 1), (8, 1), (16, 1), (1, 4), (1, 8), (1, 16)]
 SMALL = (64, 96, 128)

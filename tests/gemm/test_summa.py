@@ -9,10 +9,11 @@ from tpusim.config import Calibration, HardwareProfile, OpCalibration
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
 

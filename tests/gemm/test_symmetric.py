@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.gemm.algorithm import algorithms
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow, Fidelity
 
 MESHES_2D = [(4, 4), (8, 4), (4, 8)]
 

@@ -10,10 +10,11 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 1), (8, 1), (16, 1), (1, 4), (1, 8), (1, 16)]
 SMALL = (64, 96, 128)  # (m, n, k): distinct; the circulated dimension cuts into 2 P pieces for P <= 16

@@ -10,10 +10,11 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
 SMALL = (128, 192, 256)  # (m, n, k): distinct, every dimension a multiple of 2 * 8 chips

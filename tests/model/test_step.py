@@ -6,19 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from tpusim.collectives.ops import Op
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import TransformerModel
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.engine.overrides import parse_slow_links
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.params import Prefetch
 from tpusim.hardware import load_hardware
 from tpusim.model.layer import model_flops_per_block
-from tpusim.model.memory import Recompute
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepSpec, simulate_step
+from tpusim.vocabulary import CollectiveOp, Fidelity, Prefetch, Recompute
 
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
                         ffn=2048, sequence=64)
@@ -110,7 +107,7 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
     hardware = load_hardware("tpuv4")
     mapping = resolve_mapping(hardware, 16, 4, topology="4x4x4")
     slow = parse_slow_links(["0-16:2"], mapping)  # the z link out of chip 0, on logical axis 1's ring
-    spec = CollectiveSpec(Op.SHIFT, 1, 45_000_000)
+    spec = CollectiveSpec(CollectiveOp.SHIFT, 1, 45_000_000)
     base = simulate_collective(spec, hardware, mapping)
     slowed = simulate_collective(spec, hardware, mapping, link_overrides=slow)
     assert base.time_s == pytest.approx(1e-6 + 45e6 / 45e9, rel=1e-12)

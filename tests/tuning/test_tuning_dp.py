@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.tuning.dp import STAGES, best_plans, count_plans, output_flag
 from tpusim.tuning.space import LayerOption
+from tpusim.vocabulary import Dataflow
 
 
 def synthetic(seed: int) -> dict[tuple[int, LayerOption], float]:

@@ -5,16 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tpusim.config import TransformerModel
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.dataflow import Dataflow
-from tpusim.gemm.params import Prefetch
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning import CostCache, TuneRequest, TuneResult, tune
 from tpusim.tuning.layer_costs import non_ff_time, non_ff_twin
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch
 
 OS, LS = Dataflow.OS, Dataflow.LS
 # Hidden size twice the tokens of a 16-chip batch: the weights are the largest matrices, so RS competes.

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.gemm.params import GemmParams
 from tpusim.hardware import load_hardware
 from tpusim.model.layer import ff_layers
 from tpusim.model.registry import load_model
 from tpusim.tuning.space import factorisations, layer_options, mesh_candidates
+from tpusim.vocabulary import Dataflow
 
 
 def test_factorisations_are_all_divisor_pairs() -> None:

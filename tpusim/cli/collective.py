@@ -6,9 +6,9 @@ import argparse
 
 from tpusim.cli.common import count_arg, emit_json, note, size_arg
 from tpusim.cli.step import add_overrides
-from tpusim.collectives.ops import Op, Ring
 from tpusim.experiments import calls
 from tpusim.units import format_size, format_time
+from tpusim.vocabulary import CollectiveOp, Ring
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--axis-map", help="logical axes onto physical ones, e.g. 'x*y,z'")
     p.add_argument("--axis", type=int, choices=[0, 1], required=True,
                    help="0: the R chips sharing a column; 1: the C chips sharing a row")
-    p.add_argument("--op", required=True, choices=[o.value for o in Op])
+    p.add_argument("--op", required=True, choices=[o.value for o in CollectiveOp])
     p.add_argument("--bytes", required=True, type=size_arg("--bytes"),
                    help="whole tensor of one group (gather/scatter/reduce/all-to-all) or message size")
     p.add_argument("--chunks", type=count_arg("--chunks"), default=1, help="pipelined chunks per message")

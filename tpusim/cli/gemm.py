@@ -6,11 +6,9 @@ import argparse
 from pathlib import Path
 
 from tpusim.cli.common import UsageError, count_arg, emit_json, note
-from tpusim.engine.fidelity import Fidelity
 from tpusim.experiments import calls
-from tpusim.gemm.dataflow import Dataflow
-from tpusim.gemm.params import Prefetch
 from tpusim.units import format_time
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch
 
 
 def register(sub: argparse._SubParsersAction) -> None:

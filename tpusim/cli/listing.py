@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from tpusim.cli.common import emit_json
-from tpusim.collectives.ops import Op
 from tpusim.gemm.algorithm import algorithms
 from tpusim.hardware import list_hardware
 from tpusim.model.registry import list_models
+from tpusim.vocabulary import CollectiveOp
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.what == "algorithms":
         rows = [(a.name, "algorithm", a.summary) for a in algorithms().values()]
     else:
-        rows = [(op.value, "collective", "") for op in Op]
+        rows = [(op.value, "collective", "") for op in CollectiveOp]
     if args.json:
         emit_json({args.what: [{"name": n, "kind": k, "description": d} for n, k, d in rows]})
         return 0

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 
 from tpusim.cli.common import UsageError, count_arg, emit_json, note, positive_number_arg
-from tpusim.engine.fidelity import Fidelity
 from tpusim.experiments import calls
-from tpusim.gemm.params import Prefetch
-from tpusim.model.memory import Recompute
 from tpusim.units import format_size, format_time
+from tpusim.vocabulary import Fidelity, Prefetch, Recompute
 
 
 def add_overrides(p: argparse.ArgumentParser) -> None:

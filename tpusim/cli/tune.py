@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 
 from tpusim.cli.common import UsageError, count_arg, emit_json, note
-from tpusim.engine.fidelity import Fidelity
-from tpusim.gemm.dataflow import Dataflow
-from tpusim.gemm.params import Prefetch
 from tpusim.hardware import load_hardware
-from tpusim.model.memory import Recompute
 from tpusim.model.registry import load_model
 from tpusim.tuning import Choice, TuneRequest, TuneResult, tune
 from tpusim.units import format_time
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
 
 
 def register(sub: argparse._SubParsersAction) -> None:

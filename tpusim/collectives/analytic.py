@@ -13,8 +13,9 @@ reduce-scatter and all-reduce, one part for all-to-all, the message for the rest
 
 from __future__ import annotations
 
-from tpusim.collectives.ops import CollectiveCall, Op, Ring
+from tpusim.collectives.ops import CollectiveCall
 from tpusim.config import Calibration, IciSpec, OpCalibration
+from tpusim.vocabulary import CollectiveOp, Ring
 
 
 def ring_distance(n: int, src: int, dst: int, closed: bool, forward_only: bool) -> int:
@@ -58,21 +59,21 @@ def physical_time(
         return None
     uni = call.ring is Ring.UNIDIRECTIONAL and closed
     op = call.op
-    if op is Op.ALL_REDUCE:
-        rs = CollectiveCall(Op.REDUCE_SCATTER, call.axis, call.nbytes, ring=call.ring, chunks=c)
-        ag = CollectiveCall(Op.ALL_GATHER, call.axis, call.nbytes // n, ring=call.ring, chunks=c)
+    if op is CollectiveOp.ALL_REDUCE:
+        rs = CollectiveCall(CollectiveOp.REDUCE_SCATTER, call.axis, call.nbytes, ring=call.ring, chunks=c)
+        ag = CollectiveCall(CollectiveOp.ALL_GATHER, call.axis, call.nbytes // n, ring=call.ring, chunks=c)
         parts = [physical_time(x, n, closed=closed, hops_per_step=h, ici=ici) for x in (rs, ag)]
         return None if None in parts else parts[0] + parts[1]  # type: ignore[operator]
-    if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER):
+    if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
         if closed:
             return o + _ring(n - 1, s if uni else s / 2, c, bw, lat)
-        if op is Op.ALL_GATHER:
+        if op is CollectiveOp.ALL_GATHER:
             return o + _ring(n - 1, s, c, bw, lat)
         # line reduce-scatter: chains to every rank start at the ends and queue on the end links
         longest = _chain(s, n - 1, c, bw, lat)
         shortest = (n - 2) * s / bw + _chain(s, 1, c, bw, lat)
         return o + max(longest, shortest)
-    if op is Op.ALL_TO_ALL:
+    if op is CollectiveOp.ALL_TO_ALL:
         if c > 1 or h > 1:
             return None
         part = s
@@ -80,15 +81,15 @@ def physical_time(
             ahead = n - 1 if uni else n // 2
             return o + sum(lat + (ahead - k) * part / bw for k in range(ahead))
         return o + (n - 1) * lat + n * (n - 1) / 2 * part / bw
-    if op in (Op.BROADCAST, Op.REDUCE):
+    if op in (CollectiveOp.BROADCAST, CollectiveOp.REDUCE):
         root = call.root % n
         if closed:
             reach = n - 1 if uni else n // 2
         else:
             reach = max(root, n - 1 - root)
         return o + _chain(s, reach, c, bw, lat)
-    if op in (Op.SHIFT, Op.SEND_RECV):
-        if op is Op.SHIFT:
+    if op in (CollectiveOp.SHIFT, CollectiveOp.SEND_RECV):
+        if op is CollectiveOp.SHIFT:
             offset = call.offset % n
             if offset == 0:
                 return 0.0
@@ -116,22 +117,22 @@ def calibrated_time(call: CollectiveCall, n: int, calibration: Calibration) -> f
     d = call.axis
     s = call.unit_bytes(n)
     op = call.op
-    if op is Op.ALL_GATHER:
+    if op is CollectiveOp.ALL_GATHER:
         return _steps(calibration.all_gather, d, n - 1, s)
-    if op is Op.REDUCE_SCATTER:
+    if op is CollectiveOp.REDUCE_SCATTER:
         return _steps(calibration.reduce_scatter, d, n - 1, s)
-    if op is Op.ALL_REDUCE:
+    if op is CollectiveOp.ALL_REDUCE:
         return _steps(calibration.reduce_scatter, d, n - 1, s) + _steps(calibration.all_gather, d, n - 1, s)
-    if op is Op.ALL_TO_ALL:
+    if op is CollectiveOp.ALL_TO_ALL:
         # [ASSUME] the artifact has no all-to-all constants: a ring of n-1 steps of one part on the AG fit
         return _steps(calibration.all_gather, d, n - 1, s)
-    if op is Op.BROADCAST:
+    if op is CollectiveOp.BROADCAST:
         return _pipelined(calibration.all_gather, d, n - 1, s)
-    if op is Op.REDUCE:
+    if op is CollectiveOp.REDUCE:
         return _pipelined(calibration.reduce_scatter, d, n - 1, s)
-    if op is Op.SHIFT:
+    if op is CollectiveOp.SHIFT:
         hops = ring_distance(n, 0, call.offset % n, True, False)
-    elif op is Op.SEND_RECV:
+    elif op is CollectiveOp.SEND_RECV:
         hops = ring_distance(n, call.root % n, call.offset % n, True, False)
     else:
         raise AssertionError(op)
@@ -150,8 +151,8 @@ def _pipelined(fit: OpCalibration, axis: int, steps: int, nbytes: float) -> floa
 
 def calibrated_channels(call: CollectiveCall, n: int) -> tuple[str, ...]:
     """Which directions of the abstract axis ring the operation holds."""
-    if call.op in (Op.SHIFT, Op.SEND_RECV):
-        src, dst = (0, call.offset % n) if call.op is Op.SHIFT else (call.root % n, call.offset % n)
+    if call.op in (CollectiveOp.SHIFT, CollectiveOp.SEND_RECV):
+        src, dst = (0, call.offset % n) if call.op is CollectiveOp.SHIFT else (call.root % n, call.offset % n)
         ahead = (dst - src) % n
         return ("+",) if ahead <= n - ahead else ("-",)
     return ("+", "-")

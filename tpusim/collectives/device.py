@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import simpy
 
-from tpusim.collectives.ops import CollectiveCall, Op
+from tpusim.collectives.ops import CollectiveCall
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
+from tpusim.vocabulary import CollectiveOp
 
 Program = Callable[..., Generator[simpy.Event, Any, Any]]
 
@@ -128,7 +129,7 @@ class Device:
         return self._busy(self.model.op_time(flops, hbm_bytes), name, flops, value)
 
     # -- collectives ---------------------------------------------------------------------------------
-    def _collective(self, op: Op, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:
+    def _collective(self, op: CollectiveOp, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:
         if axis not in (0, 1):
             raise ValueError(f"axis {axis} is out of range; valid: 0, 1")
         fields.setdefault("ring", self.runtime.ring)
@@ -137,7 +138,7 @@ class Device:
         return self.runtime.submit(self.chip_id, call, tensor)
 
     def all_gather(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
-        return self._collective(Op.ALL_GATHER, t, axis, dim=dim, **opts)
+        return self._collective(CollectiveOp.ALL_GATHER, t, axis, dim=dim, **opts)
 
     def gather_prefetchable(self, operand: str, t: Tensor, axis: int, dim: int) -> simpy.Event:
         """A data-independent all-gather: the one started early for this op if any, else a new one."""
@@ -145,29 +146,29 @@ class Device:
         return handle if handle is not None else self.all_gather(t, axis, dim)
 
     def reduce_scatter(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
-        return self._collective(Op.REDUCE_SCATTER, t, axis, dim=dim, **opts)
+        return self._collective(CollectiveOp.REDUCE_SCATTER, t, axis, dim=dim, **opts)
 
     def all_reduce(self, t: Tensor, axis: int, **opts: Any) -> simpy.Event:
-        return self._collective(Op.ALL_REDUCE, t, axis, **opts)
+        return self._collective(CollectiveOp.ALL_REDUCE, t, axis, **opts)
 
     def all_to_all(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
-        return self._collective(Op.ALL_TO_ALL, t, axis, dim=dim, **opts)
+        return self._collective(CollectiveOp.ALL_TO_ALL, t, axis, dim=dim, **opts)
 
     def broadcast(self, t: Tensor, axis: int, root: int, **opts: Any) -> simpy.Event:
         """Every member passes a tensor of the message's shape; the root's is the one delivered."""
-        return self._collective(Op.BROADCAST, t, axis, root=root, **opts)
+        return self._collective(CollectiveOp.BROADCAST, t, axis, root=root, **opts)
 
     def reduce(self, t: Tensor, axis: int, root: int, **opts: Any) -> simpy.Event:
         """The root receives the sum; the others receive None."""
-        return self._collective(Op.REDUCE, t, axis, root=root, **opts)
+        return self._collective(CollectiveOp.REDUCE, t, axis, root=root, **opts)
 
     def shift(self, t: Tensor, axis: int, offset: int, **opts: Any) -> simpy.Event:
         """Data moves ``offset`` ranks forward along the axis ring: rank r receives from rank r - offset."""
-        return self._collective(Op.SHIFT, t, axis, offset=offset, **opts)
+        return self._collective(CollectiveOp.SHIFT, t, axis, offset=offset, **opts)
 
     def send_recv(self, t: Tensor, axis: int, src: int, dst: int, **opts: Any) -> simpy.Event:
         """Rank ``dst`` receives rank ``src``'s tensor; every member of the group takes part."""
-        return self._collective(Op.SEND_RECV, t, axis, root=src, offset=dst, **opts)
+        return self._collective(CollectiveOp.SEND_RECV, t, axis, root=src, offset=dst, **opts)
 
     def wait(self, *events: simpy.Event) -> simpy.Event:
         """An event whose value is the list of the given events' values."""

@@ -12,40 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpusim.engine.tensor import Tensor, add, concat
-from tpusim.errors import Choice
-
-
-class Op(Choice):
-    ALL_GATHER = "all-gather"
-    REDUCE_SCATTER = "reduce-scatter"
-    ALL_REDUCE = "all-reduce"
-    ALL_TO_ALL = "all-to-all"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    SHIFT = "shift"
-    SEND_RECV = "send-recv"
-
-    @classmethod
-    def kind(cls) -> str:
-        return "collective operation"
-
-
-class Ring(Choice):
-    """How a ring collective uses the two directions of its links."""
-
-    BIDIRECTIONAL = "bi"  # each shard split in halves travelling opposite ways
-    UNIDIRECTIONAL = "uni"
-
-    @classmethod
-    def kind(cls) -> str:
-        return "ring variant"
+from tpusim.vocabulary import CollectiveOp, Ring
 
 
 @dataclass(frozen=True)
 class CollectiveCall:
     """What every member of one group's collective agrees on."""
 
-    op: Op
+    op: CollectiveOp
     axis: int
     nbytes: int  # bytes of the caller's input tensor
     dim: int = 0  # tensor dimension gathered, scattered or split
@@ -56,16 +30,16 @@ class CollectiveCall:
 
     def unit_bytes(self, group_size: int) -> float:
         """The size the cost formulas use: shard for AG, output shard for RS and AR, part for all-to-all."""
-        if self.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE, Op.ALL_TO_ALL):
+        if self.op in (CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE, CollectiveOp.ALL_TO_ALL):
             return self.nbytes / group_size
         return float(self.nbytes)
 
 
 def result_shape(call: CollectiveCall, tensor: Tensor, n: int) -> Tensor:
     """The shape (no data) a member's handle delivers, from its own input alone; cheap, for timing."""
-    if call.op in (Op.ALL_GATHER, Op.REDUCE_SCATTER):
+    if call.op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
         shape = list(tensor.shape)
-        if call.op is Op.ALL_GATHER:
+        if call.op is CollectiveOp.ALL_GATHER:
             shape[call.dim] *= n
         else:
             shape[call.dim] //= n
@@ -77,24 +51,24 @@ def apply(call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]
     """The tensor each rank holds after the collective, given every rank's input in rank order."""
     n = len(inputs)
     op = call.op
-    if op is Op.ALL_GATHER:
+    if op is CollectiveOp.ALL_GATHER:
         gathered = concat(inputs, call.dim)
         return [gathered] * n
-    if op is Op.REDUCE_SCATTER:
+    if op is CollectiveOp.REDUCE_SCATTER:
         return list(add(inputs).split(call.dim, n))
-    if op is Op.ALL_REDUCE:
+    if op is CollectiveOp.ALL_REDUCE:
         total = add(inputs)
         return [total] * n
-    if op is Op.ALL_TO_ALL:
+    if op is CollectiveOp.ALL_TO_ALL:
         parts = [t.split(call.dim, n) for t in inputs]
         return [concat([parts[src][dst] for src in range(n)], call.dim) for dst in range(n)]
-    if op is Op.BROADCAST:
+    if op is CollectiveOp.BROADCAST:
         return [inputs[call.root]] * n
-    if op is Op.REDUCE:
+    if op is CollectiveOp.REDUCE:
         total = add(inputs)
         return [total if r == call.root else None for r in range(n)]
-    if op is Op.SHIFT:
+    if op is CollectiveOp.SHIFT:
         return [inputs[(r - call.offset) % n] for r in range(n)]
-    if op is Op.SEND_RECV:
+    if op is CollectiveOp.SEND_RECV:
         return [inputs[call.root] if r == call.offset % n else None for r in range(n)]
     raise AssertionError(op)

@@ -21,7 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from tpusim.collectives.ops import CollectiveCall, Op, Ring
+from tpusim.collectives.ops import CollectiveCall
+from tpusim.vocabulary import CollectiveOp, Ring
 
 
 class Embedding(Protocol):
@@ -151,12 +152,12 @@ class _Builder:
 
 def build_plan(call: CollectiveCall, emb: Embedding) -> list[Plan]:
     """The plan (two phases for all-reduce) of ``call`` on one group."""
-    if call.op is Op.ALL_REDUCE:
-        phases = (Op.REDUCE_SCATTER, Op.ALL_GATHER)
+    if call.op is CollectiveOp.ALL_REDUCE:
+        phases = (CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_GATHER)
         n = len(emb.members)
         shard = call.nbytes // n
         return [
-            _finish(_messages(CollectiveCall(op, call.axis, shard if op is Op.ALL_GATHER else call.nbytes,
+            _finish(_messages(CollectiveCall(op, call.axis, shard if op is CollectiveOp.ALL_GATHER else call.nbytes,
                                              call.dim, ring=call.ring), emb), len(emb.members), call.chunks)
             for op in phases
         ]
@@ -170,13 +171,13 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
     op = call.op
     if n == 1:
         return b
-    if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER):
+    if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
         if emb.closed:
             half = unit if b.uni else unit / 2
             b.ring_steps(n - 1, [half] * (n - 1), True)
             if not b.uni:
                 b.ring_steps(n - 1, [half] * (n - 1), False)
-        elif op is Op.ALL_GATHER:
+        elif op is CollectiveOp.ALL_GATHER:
             b.line_relay(lambda p: np.full(len(p), unit), True)
             b.line_relay(lambda p: np.full(len(p), unit), False)
         else:
@@ -184,7 +185,7 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
                 b.chain(list(range(0, dest + 1)), unit)
             for dest in range(0, n - 1):
                 b.chain(list(range(n - 1, dest - 1, -1)), unit)
-    elif op is Op.ALL_TO_ALL:
+    elif op is CollectiveOp.ALL_TO_ALL:
         if emb.closed:
             ahead = n - 1 if b.uni else n // 2
             behind = 0 if b.uni else (n - 1) // 2
@@ -194,7 +195,7 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
         else:
             b.line_relay(lambda p: (n - 1 - p) * unit, True)
             b.line_relay(lambda p: p * unit, False)
-    elif op in (Op.BROADCAST, Op.REDUCE):
+    elif op in (CollectiveOp.BROADCAST, CollectiveOp.REDUCE):
         root = call.root % n
         if emb.closed:
             ahead = n - 1 if b.uni else n // 2
@@ -206,13 +207,13 @@ def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
             out_bwd = list(range(root, -1, -1))
         for path in (out_fwd, out_bwd):
             if len(path) > 1:
-                b.chain(path if op is Op.BROADCAST else path[::-1], unit)
-    elif op is Op.SHIFT:
+                b.chain(path if op is CollectiveOp.BROADCAST else path[::-1], unit)
+    elif op is CollectiveOp.SHIFT:
         if call.offset % n:
             for p in range(n):
                 dst = (p + call.offset) % n
                 b.add(p, dst, b.path(p, dst, b.uni), unit, -1)
-    elif op is Op.SEND_RECV:
+    elif op is CollectiveOp.SEND_RECV:
         src, dst = call.root % n, call.offset % n
         if src != dst:
             b.add(src, dst, b.path(src, dst, b.uni), unit, -1)

@@ -17,11 +17,12 @@ import simpy
 
 from tpusim.collectives.analytic import calibrated_channels, calibrated_time
 from tpusim.collectives.executor import execute_plan
-from tpusim.collectives.ops import CollectiveCall, Ring, apply, result_shape
+from tpusim.collectives.ops import CollectiveCall, apply, result_shape
 from tpusim.collectives.plans import Plan, build_plan
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import SimulationError
+from tpusim.vocabulary import Ring
 
 
 @dataclass

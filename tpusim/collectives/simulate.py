@@ -13,7 +13,7 @@ from typing import Any
 
 from tpusim.collectives.analytic import calibrated_time, physical_time
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.ops import CollectiveCall, Op, Ring
+from tpusim.collectives.ops import CollectiveCall
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.result import ResultMixin
@@ -22,15 +22,17 @@ from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import CollectiveOp, Ring
 
-GROUP_TENSOR_OPS = (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_REDUCE, Op.ALL_TO_ALL)
+GROUP_TENSOR_OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE,
+                    CollectiveOp.ALL_TO_ALL)
 
 
 @dataclass(frozen=True)
 class CollectiveSpec:
     """One collective experiment on one logical axis."""
 
-    op: Op
+    op: CollectiveOp
     axis: int
     nbytes: int
     ring: Ring = Ring.BIDIRECTIONAL
@@ -68,9 +70,9 @@ class CollectiveResult(ResultMixin):
 def check_spec(spec: CollectiveSpec, n: int) -> None:
     """Ranks named by the spec must exist on the axis."""
     named = []
-    if spec.op in (Op.BROADCAST, Op.REDUCE, Op.SEND_RECV):
+    if spec.op in (CollectiveOp.BROADCAST, CollectiveOp.REDUCE, CollectiveOp.SEND_RECV):
         named.append(("--root", spec.root))
-    if spec.op is Op.SEND_RECV:
+    if spec.op is CollectiveOp.SEND_RECV:
         named.append(("--offset", spec.offset))
     for flag, rank in named:
         if not 0 <= rank < n:
@@ -82,15 +84,15 @@ def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
     """The tensor each member passes: a 1-byte-element buffer of the right size."""
     check_spec(spec, n)
     per_member = spec.nbytes
-    if spec.op in (Op.ALL_GATHER, Op.ALL_TO_ALL):
-        if spec.nbytes % n or (spec.op is Op.ALL_TO_ALL and spec.nbytes % (n * n)):
-            parts = n if spec.op is Op.ALL_GATHER else n * n
+    if spec.op in (CollectiveOp.ALL_GATHER, CollectiveOp.ALL_TO_ALL):
+        if spec.nbytes % n or (spec.op is CollectiveOp.ALL_TO_ALL and spec.nbytes % (n * n)):
+            parts = n if spec.op is CollectiveOp.ALL_GATHER else n * n
             raise InfeasibleError(
                 f"--bytes {spec.nbytes} does not split into {parts} equal parts for {spec.op} over "
                 f"{n} chips; use a multiple of {parts}"
             )
         per_member = spec.nbytes // n
-    elif spec.op in (Op.REDUCE_SCATTER, Op.ALL_REDUCE) and spec.nbytes % n:
+    elif spec.op in (CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE) and spec.nbytes % n:
         raise InfeasibleError(
             f"--bytes {spec.nbytes} does not split into {n} equal shards for {spec.op}; use a multiple of {n}"
         )

@@ -10,19 +10,7 @@ per-link overrides. ``auto`` picks ``symmetric`` where that holds and ``full`` o
 from __future__ import annotations
 
 from tpusim.config import HardwareProfile
-from tpusim.errors import Choice
 from tpusim.topology import MeshMapping
-
-
-class Fidelity(Choice):
-    FULL = "full"
-    SYMMETRIC = "symmetric"
-    ANALYTIC = "analytic"
-    AUTO = "auto"
-
-    @classmethod
-    def kind(cls) -> str:
-        return "fidelity"
 
 
 def network_asymmetry(hardware: HardwareProfile, mapping: MeshMapping, *, overrides: bool) -> str | None:

@@ -14,26 +14,24 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from tpusim.collectives.ops import Op, Ring
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
 from tpusim.errors import InfeasibleError, TopologyError, UserError, unknown_name
 from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
-from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.simulate import GemmResult, simulate_gemm
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.model.layer import FF_LAYERS
-from tpusim.model.memory import Recompute
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping, parse_mesh
 from tpusim.tuning.result import TuneResult
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
+from tpusim.vocabulary import CollectiveOp, Dataflow, Fidelity, Prefetch, Recompute, Ring
 
 MeshLike = str | tuple[int, int]
 SCALE_KEYS = ("alpha", "lambda", "beta", "flops")
@@ -105,7 +103,7 @@ def collective(*, hardware: str | HardwareProfile, mesh: MeshLike, axis: int, op
         raise UserError(f"bytes {bytes!r} is not a whole number of bytes")
     chunks = count_of(chunks, "chunks")
     mapping = _mapping(profile, shape, topology, axis_map)
-    spec = CollectiveSpec(Op.parse(op), axis, int(size), Ring.parse(ring), chunks, root, offset)
+    spec = CollectiveSpec(CollectiveOp.parse(op), axis, int(size), Ring.parse(ring), chunks, root, offset)
     return simulate_collective(spec, profile, mapping,
                                chip_slowdown=parse_slow_chips(slow_chips, shape[0] * shape[1]) or None,
                                link_overrides=parse_slow_links(slow_links, mapping) or None)

@@ -8,11 +8,12 @@ take" from the chip model, so every algorithm's twin is written once for both ki
 from __future__ import annotations
 
 from tpusim.collectives.analytic import calibrated_time, physical_time
-from tpusim.collectives.ops import CollectiveCall, Op, Ring
+from tpusim.collectives.ops import CollectiveCall
 from tpusim.config import HardwareProfile
 from tpusim.hardware import ChipModel
 from tpusim.topology import MeshMapping
 from tpusim.units import dtype_bytes
+from tpusim.vocabulary import CollectiveOp, Ring
 
 
 class NoClosedForm(Exception):
@@ -31,7 +32,7 @@ class CostModel:
     def size(self, axis: int) -> int:
         return self.mapping.shape[axis]
 
-    def collective(self, op: Op, axis: int, elements: float, **fields: object) -> float:
+    def collective(self, op: CollectiveOp, axis: int, elements: float, **fields: object) -> float:
         """Time of ``op`` whose caller passes a tensor of ``elements`` elements, on one group of ``axis``."""
         n = self.mapping.shape[axis]
         call = CollectiveCall(op, axis, round(elements * self.itemsize), **fields)  # type: ignore[arg-type]
@@ -46,20 +47,20 @@ class CostModel:
         return value
 
     def all_gather(self, axis: int, shard_elements: float) -> float:
-        return self.collective(Op.ALL_GATHER, axis, shard_elements)
+        return self.collective(CollectiveOp.ALL_GATHER, axis, shard_elements)
 
     def reduce_scatter(self, axis: int, input_elements: float) -> float:
         """Reduce-scatter of a partial result of ``input_elements`` (the output shard is 1/n of it)."""
-        return self.collective(Op.REDUCE_SCATTER, axis, input_elements)
+        return self.collective(CollectiveOp.REDUCE_SCATTER, axis, input_elements)
 
     def shift(self, axis: int, elements: float, offset: int = 1) -> float:
-        return self.collective(Op.SHIFT, axis, elements, offset=offset)
+        return self.collective(CollectiveOp.SHIFT, axis, elements, offset=offset)
 
     def broadcast(self, axis: int, elements: float, root: int = 0) -> float:
-        return self.collective(Op.BROADCAST, axis, elements, root=root)
+        return self.collective(CollectiveOp.BROADCAST, axis, elements, root=root)
 
     def reduce(self, axis: int, elements: float, root: int = 0) -> float:
-        return self.collective(Op.REDUCE, axis, elements, root=root)
+        return self.collective(CollectiveOp.REDUCE, axis, elements, root=root)
 
     def gemm(self, m: float, n: float, k: float) -> float:
         return self.chip.gemm_time(int(m), int(n), int(k), in_bytes=self.itemsize, out_bytes=self.itemsize)

@@ -12,21 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpusim.errors import Choice
-
-
-class Dataflow(Choice):
-    OS = "os"  # output-stationary
-    LS = "ls"  # LHS-stationary
-    RS = "rs"  # RHS-stationary
-
-    @classmethod
-    def kind(cls) -> str:
-        return "dataflow"
-
-    @classmethod
-    def case_insensitive(cls) -> bool:
-        return True
+from tpusim.vocabulary import Dataflow
 
 
 @dataclass(frozen=True)

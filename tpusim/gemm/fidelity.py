@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from tpusim.config import HardwareProfile
-from tpusim.engine.fidelity import Fidelity, network_asymmetry
+from tpusim.engine.fidelity import network_asymmetry
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.params import GemmParams
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Fidelity
 
 
 def symmetric_obstacle(algorithm: GemmAlgorithm, params: GemmParams, hardware: HardwareProfile,

@@ -6,7 +6,7 @@ import simpy
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.dataflow import Dataflow
+from tpusim.vocabulary import Dataflow
 
 
 def local_product(

@@ -5,25 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpusim.config import HardwareProfile
-from tpusim.errors import Choice
-
-
-class Prefetch(Choice):
-    """When a data-independent gather (a weight, or RS's saved activation) may run.
-
-    ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
-    ``previous-op``: it is issued when the previous op starts (physically honest; for a GeMM simulated on
-    its own there is no previous op, so it behaves like ``none``).
-    ``ideal``: the authors' accounting: it overlaps the very GeMM that consumes it.
-    """
-
-    NONE = "none"
-    PREVIOUS_OP = "previous-op"
-    IDEAL = "ideal"
-
-    @classmethod
-    def kind(cls) -> str:
-        return "prefetch policy"
+from tpusim.vocabulary import Prefetch
 
 
 def default_prefetch(hardware: HardwareProfile) -> Prefetch:

@@ -18,7 +18,6 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key, timing_cache
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -31,6 +30,7 @@ from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetr
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import assemble, block_shape, operand_blocks, take_block
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Fidelity
 
 
 @dataclass

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tpusim.config import TransformerModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.units import dtype_bytes
+from tpusim.vocabulary import Dataflow
 
 FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
 

@@ -13,17 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
-from tpusim.errors import Choice
-
-
-class Recompute(Choice):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-    @classmethod
-    def kind(cls) -> str:
-        return "recompute policy"
+from tpusim.vocabulary import Recompute
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,13 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key, timing_cache
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import LinkOverride, Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import operand_blocks
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.model.feasibility import split_for
@@ -44,8 +42,9 @@ from tpusim.model.layer import (
     model_flops_per_block,
     step_extras,
 )
-from tpusim.model.memory import Recompute, estimate_memory
+from tpusim.model.memory import estimate_memory
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
 
 
 @dataclass(frozen=True)

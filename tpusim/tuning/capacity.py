@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.errors import InfeasibleError
-from tpusim.model.memory import MemoryEstimate, Recompute, estimate_memory
+from tpusim.model.memory import MemoryEstimate, estimate_memory
 from tpusim.units import GB
+from tpusim.vocabulary import Recompute
 
 
 def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, recompute: Recompute,

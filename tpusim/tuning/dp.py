@@ -24,9 +24,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.model.layer import FF_LAYERS
 from tpusim.tuning.space import LayerOption
+from tpusim.vocabulary import Dataflow
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,9 @@ from typing import Any
 import simpy
 
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.ops import Op as CollectiveOp
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
-from tpusim.engine.fidelity import Fidelity, network_asymmetry
+from tpusim.engine.fidelity import network_asymmetry
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm
@@ -40,6 +39,7 @@ from tpusim.model.layer import FF_LAYERS, FFLayer, GemmOp, LocalOp, NormStatsOp,
 from tpusim.model.step import StepSpec, plan_ops
 from tpusim.topology import MeshMapping
 from tpusim.tuning.space import LayerOption, layer_problems
+from tpusim.vocabulary import CollectiveOp, Fidelity
 
 ANALYTIC = "analytic"
 

@@ -25,15 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.fidelity import Fidelity
 from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
-from tpusim.gemm.params import GemmParams, Prefetch, default_prefetch
+from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
-from tpusim.model.memory import Recompute
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
@@ -48,6 +45,7 @@ from tpusim.tuning.layer_costs import (
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
 from tpusim.units import GB
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
 
 REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too

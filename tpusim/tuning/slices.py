@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpusim.config import HardwareProfile
-from tpusim.engine.fidelity import Fidelity
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.params import GemmParams
@@ -19,6 +18,7 @@ from tpusim.model.layer import Pass, ff_layers
 from tpusim.model.step import StepSpec
 from tpusim.topology import MeshMapping
 from tpusim.tuning.space import slice_counts
+from tpusim.vocabulary import Fidelity
 
 
 def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> tuple[int, ...]:

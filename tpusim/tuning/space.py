@@ -17,12 +17,13 @@ from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm
-from tpusim.gemm.dataflow import Dataflow, GemmProblem
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm
 from tpusim.model.feasibility import split_for
 from tpusim.model.layer import FFLayer, Pass
 from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Dataflow
 
 
 @dataclass(frozen=True)

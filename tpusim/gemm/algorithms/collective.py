@@ -14,8 +14,8 @@ from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.local import local_product, product_dims
-from tpusim.gemm.params import Prefetch
 from tpusim.gemm.sharding import operand_blocks
+from tpusim.vocabulary import Prefetch
 
 
 @register

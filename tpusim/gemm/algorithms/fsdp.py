@@ -26,8 +26,9 @@ from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
-from tpusim.gemm.params import GemmParams, Prefetch
+from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import Sharding, operand_blocks
+from tpusim.vocabulary import Prefetch
 
 from .placement import line_axis, role_sharding
 

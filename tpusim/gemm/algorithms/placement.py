@@ -10,8 +10,8 @@ table still drives both the sharding and the program. Also: the logical name of 
 from __future__ import annotations
 
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.dataflow import Dataflow
 from tpusim.gemm.sharding import Sharding
+from tpusim.vocabulary import Dataflow
 
 RoleAxes = tuple[int | None, int | None]
 

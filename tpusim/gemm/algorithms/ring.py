@@ -40,10 +40,10 @@ from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor, add, concat
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import Dataflow, GemmProblem, Move, Roles
+from tpusim.gemm.dataflow import GemmProblem, Move, Roles
 from tpusim.gemm.local import local_product, product_dims
-from tpusim.gemm.params import Prefetch
 from tpusim.gemm.sharding import operand_blocks
+from tpusim.vocabulary import Dataflow, Prefetch
 
 from .placement import RoleAxes, role_sharding, stored_dims
 

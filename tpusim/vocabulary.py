@@ -1,0 +1,108 @@
+"""The named choices every layer shares: dataflows, fidelity, prefetch, recompute, collective ops, ring variants.
+
+Each is a closed set of lowercase names (a ``StrEnum``); ``parse`` accepts any letter case and turns an unknown
+name into the standard one-line error listing the valid names, with a "did you mean" where one is close. This
+module sits at the bottom of the layering (it imports only ``tpusim.errors``), so configuration models,
+engines, algorithms and the command line all speak the same words.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Self
+
+from tpusim.errors import unknown_name
+
+__all__ = ["Choice", "CollectiveOp", "Dataflow", "Fidelity", "Prefetch", "Recompute", "Ring"]
+
+
+class Choice(StrEnum):
+    """A closed set of names; ``parse`` turns a bad one into the standard unknown-name error."""
+
+    @classmethod
+    def noun(cls) -> str:
+        """What the names are, for messages ("dataflow", "fidelity", ...)."""
+        return _NOUNS[cls.__name__]
+
+    @classmethod
+    def parse(cls, name: object) -> Self:
+        text = str(name)
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            raise unknown_name(cls.noun(), text, [member.value for member in cls]) from None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The valid names, in declaration order."""
+        return [member.value for member in cls]
+
+
+class Dataflow(Choice):
+    """Which operand of a distributed GeMM stays put (docs/algorithms.md#dataflows)."""
+
+    OS = "os"  # output-stationary: Y = X W
+    LS = "ls"  # LHS-stationary: Y = X W^T
+    RS = "rs"  # RHS-stationary: Y = X^T W
+
+
+class Fidelity(Choice):
+    """How much of the cluster a run simulates (docs/network.md#fidelity-modes)."""
+
+    FULL = "full"
+    SYMMETRIC = "symmetric"
+    ANALYTIC = "analytic"
+    AUTO = "auto"
+
+
+class Prefetch(Choice):
+    """When a data-independent gather (a weight, or RS's saved activation) may run.
+
+    ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
+    ``previous-op``: it is issued when the previous op starts (physically honest; for a GeMM simulated on
+    its own there is no previous op, so it behaves like ``none``).
+    ``ideal``: the MeshSlice authors' accounting: it overlaps the very GeMM that consumes it.
+    """
+
+    NONE = "none"
+    PREVIOUS_OP = "previous-op"
+    IDEAL = "ideal"
+
+
+class Recompute(Choice):
+    """Which activations the backward pass recomputes instead of storing (docs/workloads.md#memory)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class CollectiveOp(Choice):
+    """The collective operations (docs/network.md#rings-and-collectives)."""
+
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_REDUCE = "all-reduce"
+    ALL_TO_ALL = "all-to-all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    SHIFT = "shift"
+    SEND_RECV = "send-recv"
+
+
+class Ring(Choice):
+    """How a ring collective uses the two directions of its links."""
+
+    BIDIRECTIONAL = "bi"  # each shard split in halves travelling opposite ways
+    UNIDIRECTIONAL = "uni"
+
+
+_NOUNS = MappingProxyType({
+    "Dataflow": "dataflow",
+    "Fidelity": "fidelity",
+    "Prefetch": "prefetch policy",
+    "Recompute": "recompute policy",
+    "CollectiveOp": "collective operation",
+    "Ring": "ring variant",
+})
