@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -23,9 +24,9 @@ from typing import Any
 
 import tpusim.api as tp
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.network import place_mesh
 from tpusim.collectives.runtime import CollectiveRuntime
-from tpusim.engine.cache import configure_cache, timing_cache
-from tpusim.engine.network import resolve_mapping
+from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.experiments import calls
@@ -53,19 +54,17 @@ class Measurement:
 Program = Callable[[Device], Any]
 
 
-def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, Simulation]:
-    """Run ``program`` on every chip of ``mapping`` on ``tpuv4`` at full fidelity; (wall seconds, sim)."""
+def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, dict[str, Any]]:
+    """Run ``program`` on every chip of ``mapping`` on ``tpuv4`` at full fidelity; (wall seconds, facts)."""
     hardware = load_hardware("tpuv4")
     begin = time.perf_counter()
     sim = Simulation(hardware, mapping)
     runtime = CollectiveRuntime(sim)
     run_spmd(sim, runtime, program, lambda dev: ())
-    return time.perf_counter() - begin, sim
-
-
-def _info(sim: Simulation) -> dict[str, Any]:
-    assert sim.links is not None
-    return {"simulated_s": sim.now, "transfers": sim.links.transfers, "events": sim.events}
+    wall = time.perf_counter() - begin
+    totals = runtime.network.totals(sim.now)
+    assert totals is not None
+    return wall, {"simulated_s": sim.now, "transfers": totals.transfers, "events": sim.events}
 
 
 ROUNDS = 10  # repeat the scenario inside one simulation so start-up does not dominate a 40 ms figure
@@ -81,8 +80,7 @@ def collective_transfers_per_s() -> Measurement:
         for _ in range(ROUNDS):
             yield dev.wait(dev.all_gather(shard, axis=0), dev.all_gather(shard, axis=1))
 
-    wall, sim = _simulate(mapping, program)
-    info = _info(sim)
+    wall, info = _simulate(mapping, program)
     return Measurement(info["transfers"] / wall, "transfers/s", {**info, "wall_s": wall})
 
 
@@ -95,8 +93,8 @@ def allgather_torus_64x32_full_s() -> Measurement:
         row = yield dev.all_gather(shard, axis=1)
         yield dev.all_gather(row, axis=0)
 
-    wall, sim = _simulate(mapping, program)
-    return Measurement(wall, "s", _info(sim))
+    wall, info = _simulate(mapping, program)
+    return Measurement(wall, "s", info)
 
 
 def allgather_ring_2048_full_s() -> Measurement:
@@ -107,8 +105,8 @@ def allgather_ring_2048_full_s() -> Measurement:
     def program(dev: Device):  # type: ignore[no-untyped-def]
         yield dev.all_gather(shard, axis=1)
 
-    wall, sim = _simulate(mapping, program)
-    return Measurement(wall, "s", _info(sim))
+    wall, info = _simulate(mapping, program)
+    return Measurement(wall, "s", info)
 
 
 FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 256 x 2048 tokens
@@ -117,30 +115,29 @@ FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 2
 _COLD_FOLDERS: list[tempfile.TemporaryDirectory] = []
 
 
-def _cold() -> None:
-    """Each timed run starts from an empty timing cache: memory cleared, and a fresh, empty disk folder."""
+def _cold() -> Context:
+    """Each timed run starts from an empty timing cache: a fresh context with a fresh, empty disk folder."""
     folder = tempfile.TemporaryDirectory()
     _COLD_FOLDERS.append(folder)
-    configure_cache(folder.name)
-    timing_cache().clear()
+    return Context.with_cache(folder.name)
 
 
 def gemm_full_s() -> Measurement:
     """MeshSlice OS, GPT-3 FF1, 16x16 on meshslice-tpu-fit, K = 8, full fidelity."""
-    _cold()
+    context = _cold()
     begin = time.perf_counter()
     result = tp.gemm(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
-                     fidelity="full", **FF1)
+                     fidelity="full", context=context, **FF1)
     return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.time_s, "events": result.events})
 
 
 def layer_full_s() -> Measurement:
     """One GPT-3 layer forward and backward, 32x8 on meshslice-tpu-fit, MeshSlice K = 8, full fidelity."""
-    _cold()
+    context = _cold()
     one_layer = load_model("gpt3-175b").model_copy(update={"layers": 1})
     begin = time.perf_counter()
     result = tp.step(model=one_layer, hardware="meshslice-tpu-fit", mesh="32x8", algorithm="meshslice", slices=8,
-                     fidelity="full")
+                     fidelity="full", context=context)
     return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s})
 
 
@@ -148,24 +145,21 @@ def gemm_symmetric_ms() -> Measurement:
     """The GeMM of gemm_full_s in symmetric fidelity: median of 5 warm calls, each really simulated."""
     args = dict(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
                 fidelity="symmetric", **FF1)
-    cache = timing_cache()
-    cache.enabled = False  # warm means imports and registries, not a cached answer
-    try:
-        tp.gemm(**args)
-        walls = []
-        for _ in range(5):
-            begin = time.perf_counter()
-            result = tp.gemm(**args)
-            walls.append(time.perf_counter() - begin)
-    finally:
-        cache.enabled = True
+    context = Context()
+    context.timings.enabled = False  # warm means imports and registries, not a cached answer
+    tp.gemm(**args, context=context)
+    walls = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        result = tp.gemm(**args, context=context)
+        walls.append(time.perf_counter() - begin)
     return Measurement(1e3 * statistics.median(walls), "ms", {"simulated_s": result.time_s})
 
 
 def gemm_analytic_us() -> Measurement:
     """The closed-form twin of the same GeMM (``analytic_gemm``, the mapping built once): median of 50 calls."""
     hardware = load_hardware("meshslice-tpu-fit")
-    mapping = resolve_mapping(hardware, 16, 16)
+    mapping = place_mesh(hardware, 16, 16)
     problem = GemmProblem(FF1["m"], FF1["n"], FF1["k"], Dataflow.OS)
     params = GemmParams(Prefetch.IDEAL, slices=8)
     algorithm = get_algorithm("meshslice")
@@ -179,18 +173,20 @@ def gemm_analytic_us() -> Measurement:
 
 def step_symmetric_s() -> Measurement:
     """GPT-3 step, 2048 chips as 256x8 on meshslice-sim, MeshSlice K = 3, fidelity auto, cold cache."""
-    _cold()
+    context = _cold()
     begin = time.perf_counter()
-    result = tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="256x8", algorithm="meshslice", slices=3)
+    result = tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="256x8", algorithm="meshslice", slices=3,
+                     context=context)
     return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
                                                           "fidelity": result.fidelity})
 
 
 def tune_s() -> Measurement:
     """Default tune for GPT-3 at 2048 chips on meshslice-sim (memory ignored), cold cache."""
-    _cold()
+    context = _cold()
     begin = time.perf_counter()
-    result = calls.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True)
+    result = calls.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True,
+                        context=context)
     return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
                                                           "best_step_s": result.best.step_time_s})
 
@@ -275,9 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat} must be >= 1")
-    with tempfile.TemporaryDirectory() as cache_folder:
-        configure_cache(cache_folder)  # cold: a fresh disk cache that disappears afterwards
-        report = run(args.only or list(BENCHMARKS), args.repeat)
+    os.environ.pop(CACHE_ENV, None)  # every figure names its own cold cache
+    report = run(args.only or list(BENCHMARKS), args.repeat)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

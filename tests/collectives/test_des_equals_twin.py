@@ -13,7 +13,7 @@ import pytest
 
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective, twin_time
 from tpusim.hardware import load_hardware
-from tpusim.topology import MeshMapping, map_mesh, parse_topology
+from tpusim.topology import MeshMapping
 from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
@@ -23,10 +23,6 @@ GROUP_OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.
 
 
 @functools.cache
-def _mapping(spec: str, rows: int, cols: int) -> MeshMapping:
-    return map_mesh(parse_topology(spec), rows, cols)
-
-
 def _nbytes(op: CollectiveOp, n: int, unit: int) -> int:
     """``--bytes`` whose unit size (``CollectiveCall.unit_bytes``) is ``unit``."""
     if op in GROUP_OPS:
@@ -51,8 +47,9 @@ def _assert_twin(result: CollectiveResult) -> None:
 @pytest.mark.parametrize("op", list(CollectiveOp))
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_one_group_matches_twin(kind: str, n: int, op: CollectiveOp, ring: Ring, chunks: int, unit: int) -> None:
-    mapping = _mapping(f"{kind}:{n}", 1, n)
+def test_one_group_matches_twin(topology_mesh, kind: str, n: int, op: CollectiveOp, ring: Ring, chunks: int,
+                                unit: int) -> None:
+    mapping = topology_mesh(f"{kind}:{n}", 1, n)
     assert mapping.axes[1].closed is (kind == "torus" and n >= 3)
     spec = CollectiveSpec(op, 1, _nbytes(op, n, unit), ring, chunks)
     if op is CollectiveOp.ALL_TO_ALL and chunks > 1:  # no form is claimed; nothing to compare
@@ -75,8 +72,9 @@ def _roots(n: int) -> list[int]:
 @pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.REDUCE])
 @pytest.mark.parametrize("n", ROOT_SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_broadcast_and_reduce_roots(kind: str, n: int, op: CollectiveOp, ring: Ring, chunks: int) -> None:
-    mapping = _mapping(f"{kind}:{n}", 1, n)
+def test_broadcast_and_reduce_roots(topology_mesh, kind: str, n: int, op: CollectiveOp, ring: Ring,
+                                    chunks: int) -> None:
+    mapping = topology_mesh(f"{kind}:{n}", 1, n)
     for root in _roots(n):
         _assert_twin(_run(mapping, CollectiveSpec(op, 1, 180_000, ring, chunks, root=root)))
 
@@ -84,8 +82,8 @@ def test_broadcast_and_reduce_roots(kind: str, n: int, op: CollectiveOp, ring: R
 @pytest.mark.parametrize("ring", list(Ring))
 @pytest.mark.parametrize("n", ROOT_SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_shift_offsets_unchunked(kind: str, n: int, ring: Ring) -> None:
-    mapping = _mapping(f"{kind}:{n}", 1, n)
+def test_shift_offsets_unchunked(topology_mesh, kind: str, n: int, ring: Ring) -> None:
+    mapping = topology_mesh(f"{kind}:{n}", 1, n)
     for offset in sorted({1, 2, n // 2, n // 2 + 1, n - 1, -1, n + 1, 2 * n + 3}):
         _assert_twin(_run(mapping, CollectiveSpec(CollectiveOp.SHIFT, 1, 180_000, ring, 1, offset=offset)))
 
@@ -93,10 +91,10 @@ def test_shift_offsets_unchunked(kind: str, n: int, ring: Ring) -> None:
 @pytest.mark.parametrize("ring", list(Ring))
 @pytest.mark.parametrize("n", ROOT_SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_shift_by_one_rank_chunked(kind: str, n: int, ring: Ring) -> None:
+def test_shift_by_one_rank_chunked(topology_mesh, kind: str, n: int, ring: Ring) -> None:
     """Offsets that move every message one ring step are contention-free (n-1 is one step back on a
     bidirectional ring; a unidirectional ring goes forward only)."""
-    mapping = _mapping(f"{kind}:{n}", 1, n)
+    mapping = topology_mesh(f"{kind}:{n}", 1, n)
     offsets = (1, n + 1, -1, n - 1) if kind == "torus" and ring is Ring.BIDIRECTIONAL else (1, n + 1)
     for offset in offsets:
         _assert_twin(_run(mapping, CollectiveSpec(CollectiveOp.SHIFT, 1, 180_000, ring, 4, offset=offset)))
@@ -106,8 +104,8 @@ def test_shift_by_one_rank_chunked(kind: str, n: int, ring: Ring) -> None:
 @pytest.mark.parametrize("ring", list(Ring))
 @pytest.mark.parametrize("n", ROOT_SIZES)
 @pytest.mark.parametrize("kind", ["torus", "mesh"])
-def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
-    mapping = _mapping(f"{kind}:{n}", 1, n)
+def test_send_recv_pairs(topology_mesh, kind: str, n: int, ring: Ring, chunks: int) -> None:
+    mapping = topology_mesh(f"{kind}:{n}", 1, n)
     for src in _roots(n):
         for dst in _roots(n):
             spec = CollectiveSpec(CollectiveOp.SEND_RECV, 1, 180_000, ring, chunks, root=src, offset=dst)
@@ -119,10 +117,10 @@ def test_send_recv_pairs(kind: str, n: int, ring: Ring, chunks: int) -> None:
 @pytest.mark.parametrize(
     ("spec", "offset"), [("torus:4", 2), ("torus:8", 3), ("torus:8", -2), ("mesh:8", 2), ("torus:5", 2)]
 )
-def test_chunked_multi_step_shift_claims_no_closed_form(spec: str, offset: int) -> None:
+def test_chunked_multi_step_shift_claims_no_closed_form(topology_mesh, spec: str, offset: int) -> None:
     # offset k puts k messages on every link and their chunks interleave: the chain form would undercount
     n = int(spec.split(":")[1])
-    result = _run(_mapping(spec, 1, n), CollectiveSpec(CollectiveOp.SHIFT, 1, 2_000_000, Ring.UNIDIRECTIONAL, 4,
+    result = _run(topology_mesh(spec, 1, n), CollectiveSpec(CollectiveOp.SHIFT, 1, 2_000_000, Ring.UNIDIRECTIONAL, 4,
                                                        offset=offset))
     assert result.analytic_time_s is None
     assert result.max_link_bytes is not None
@@ -130,13 +128,13 @@ def test_chunked_multi_step_shift_claims_no_closed_form(spec: str, offset: int) 
 
 
 @pytest.mark.parametrize("op", list(CollectiveOp))
-def test_group_of_one_takes_no_time(op: CollectiveOp) -> None:
-    result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(op, 0, 1000, offset=0))
+def test_group_of_one_takes_no_time(topology_mesh, op: CollectiveOp) -> None:
+    result = _run(topology_mesh("torus:8", 1, 8), CollectiveSpec(op, 0, 1000, offset=0))
     assert (result.time_s, result.analytic_time_s, result.bytes_sent, result.transfers) == (0, 0, 0, 0)
 
 
-def test_no_closed_form_is_noted() -> None:
-    result = _run(_mapping("torus:8", 1, 8), CollectiveSpec(CollectiveOp.ALL_TO_ALL, 1, 8 * 8 * 1000, chunks=2))
+def test_no_closed_form_is_noted(topology_mesh) -> None:
+    result = _run(topology_mesh("torus:8", 1, 8), CollectiveSpec(CollectiveOp.ALL_TO_ALL, 1, 8 * 8 * 1000, chunks=2))
     assert result.analytic_time_s is None
     assert result.time_s > 0
     assert result.notes == [
@@ -153,9 +151,9 @@ TORUS_2D = [("torus:8x4", 8, 4), ("torus:4x8", 4, 8), ("mesh:6x4", 6, 4)]
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize(("spec", "rows", "cols"), TORUS_2D)
 def test_all_groups_of_2d_network_run_without_interference(
-    spec: str, rows: int, cols: int, axis: int, op: CollectiveOp, ring: Ring, chunks: int
+    topology_mesh, spec: str, rows: int, cols: int, axis: int, op: CollectiveOp, ring: Ring, chunks: int
 ) -> None:
-    mapping = _mapping(spec, rows, cols)
+    mapping = topology_mesh(spec, rows, cols)
     n = mapping.shape[axis]
     result = _run(mapping, CollectiveSpec(op, axis, _nbytes(op, n, 180_000), ring, chunks, root=n - 1))
     assert result.groups == mapping.shape[1 - axis]
@@ -164,7 +162,7 @@ def test_all_groups_of_2d_network_run_without_interference(
         return
     _assert_twin(result)
     # every group is served by its own links: the busiest link carries what it carries for one group
-    one_group = _run(_mapping(f"{spec.split(':')[0]}:{n}", 1, n),
+    one_group = _run(topology_mesh(f"{spec.split(':')[0]}:{n}", 1, n),
                      CollectiveSpec(op, 1, _nbytes(op, n, 180_000), ring, chunks, root=n - 1))
     assert result.max_link_bytes == one_group.max_link_bytes
     assert result.bytes_sent == pytest.approx(result.groups * one_group.bytes_sent, rel=1e-12)

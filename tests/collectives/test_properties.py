@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware, scaled_profile
-from tpusim.topology import MeshMapping, abstract_mesh, map_mesh, parse_topology
+from tpusim.topology import abstract_mesh
 from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
@@ -19,10 +19,6 @@ FAST_FIT = scaled_profile(TPU_FIT, bandwidth=2)
 
 
 @functools.cache
-def _mapping(spec: str, rows: int, cols: int) -> MeshMapping:
-    return map_mesh(parse_topology(spec), rows, cols)
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(3, 12),
@@ -33,11 +29,11 @@ def _mapping(spec: str, rows: int, cols: int) -> MeshMapping:
     chunks=st.sampled_from([1, 2, 4]),
 )
 def test_ring_gather_and_scatter_conserve_bytes(
-    n: int, groups: int, shard_units: int, op: CollectiveOp, ring: Ring, chunks: int
+    topology_mesh, n: int, groups: int, shard_units: int, op: CollectiveOp, ring: Ring, chunks: int
 ) -> None:
     """Each of n ranks sends (n-1) shards (as halves both ways on a bidirectional ring), one hop each."""
     shard = 8 * shard_units  # halves and chunks stay whole bytes
-    mapping = _mapping(f"torus:{n}x{groups}", n, groups)
+    mapping = topology_mesh(f"torus:{n}x{groups}", n, groups)
     assert mapping.axes[0].closed
     result = simulate_collective(CollectiveSpec(op, 0, n * shard, ring, chunks), TPUV4, mapping)
     assert result.groups == groups
@@ -62,11 +58,12 @@ NETWORKS = [("torus:6x4", 6, 4), ("mesh:5x4", 5, 4), ("4x4x4", 8, 8), ("torus:7"
     offset=st.integers(-8, 8),
 )
 def test_more_bandwidth_is_never_slower_physical(
-    network: tuple[str, int, int], axis: int, op: CollectiveOp, ring: Ring, chunks: int, units: int, root: int,
+    topology_mesh, network: tuple[str, int, int], axis: int, op: CollectiveOp, ring: Ring, chunks: int, units: int,
+    root: int,
     offset: int,
 ) -> None:
     spec_text, rows, cols = network
-    mapping = _mapping(spec_text, rows, cols)
+    mapping = topology_mesh(spec_text, rows, cols)
     n = mapping.shape[axis]
     destination = offset % n if op is CollectiveOp.SEND_RECV else offset  # a shift distance may be any integer
     spec = CollectiveSpec(op, axis, units * n * n, ring, chunks, root % n, destination)

@@ -8,7 +8,6 @@ import pytest
 
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware
-from tpusim.topology import MeshMapping, map_mesh, parse_topology
 from tpusim.vocabulary import CollectiveOp, Ring
 
 TPUV4 = load_hardware("tpuv4")
@@ -28,10 +27,6 @@ IDS = [f"{s}-{r}x{c}-axis{a}" for s, r, c, _, a, _, _ in SLICES]
 
 
 @functools.cache
-def _mapping(spec: str, rows: int, cols: int, axis_map: str | None) -> MeshMapping:
-    return map_mesh(parse_topology(spec), rows, cols, axis_map)
-
-
 def _nbytes(op: CollectiveOp, n: int) -> int:
     unit = 1_000_000
     if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE):
@@ -46,10 +41,10 @@ def _nbytes(op: CollectiveOp, n: int) -> int:
 @pytest.mark.parametrize("op", list(CollectiveOp))
 @pytest.mark.parametrize(("spec", "rows", "cols", "axis_map", "axis", "size", "embedding"), SLICES, ids=IDS)
 def test_slice_axis_matches_twin(
-    spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str,
+    topology_mesh, spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str,
     op: CollectiveOp, ring: Ring, chunks: int,
 ) -> None:
-    mapping = _mapping(spec, rows, cols, axis_map)
+    mapping = topology_mesh(spec, rows, cols, axis_map)
     described = mapping.axes[axis].describe()
     assert (described["size"], described["embedding"], described["max_hops"]) == (size, embedding, 1)
     assert described["closed"] is (embedding != "line")
@@ -64,26 +59,27 @@ def test_slice_axis_matches_twin(
 @pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.REDUCE, CollectiveOp.SEND_RECV])
 @pytest.mark.parametrize(("spec", "rows", "cols", "axis_map", "axis", "size", "embedding"), SLICES, ids=IDS)
 def test_slice_roots(
-    spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str, op: CollectiveOp
+    topology_mesh, spec: str, rows: int, cols: int, axis_map: str | None, axis: int, size: int, embedding: str,
+    op: CollectiveOp,
 ) -> None:
-    mapping = _mapping(spec, rows, cols, axis_map)
+    mapping = topology_mesh(spec, rows, cols, axis_map)
     for root in sorted({0, 1, size // 2, size - 1}):
         result = simulate_collective(CollectiveSpec(op, axis, 1_000_000, root=root, offset=(root + 1) % size),
                                      TPUV4, mapping)
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
 
-def test_line_all_gather_is_formula_4() -> None:
+def test_line_all_gather_is_formula_4(topology_mesh) -> None:
     """A 4-chip line: the end link carries 3 whole shards one way, (p-1)(a + S/B)."""
-    mapping = _mapping("2x2x4", 4, 4, "x*y,z")
+    mapping = topology_mesh("2x2x4", 4, 4, "x*y,z")
     result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 4_000_000), TPUV4, mapping)
     assert result.time_s == pytest.approx(3 * (1e-6 + 1e6 / 45e9), rel=1e-9)
     assert result.max_link_bytes == 3e6
 
 
 @pytest.mark.parametrize("op", [CollectiveOp.BROADCAST, CollectiveOp.SEND_RECV])
-def test_split_axis_single_message_has_no_claimed_twin(op: CollectiveOp) -> None:
-    mapping = _mapping("4x8x8", 16, 16, None)
+def test_split_axis_single_message_has_no_claimed_twin(topology_mesh, op: CollectiveOp) -> None:
+    mapping = topology_mesh("4x8x8", 16, 16, None)
     assert mapping.axes[1].describe()["embedding"] == "split"
     result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, root=0, offset=8), TPUV4, mapping)
     # the message travels 9 links (one 2-hop neighbour route and seven 1-hop ones) in the DES

@@ -1,21 +1,15 @@
-"""Helpers the GeMM algorithm tests share: the mesh on a profile's network, and the exact-product check."""
+"""The exact-product check the GeMM algorithm tests share."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from tpusim.config import HardwareProfile
-from tpusim.engine.network import resolve_mapping
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Dataflow
-
-
-def mapping_for(hw: HardwareProfile, rows: int, cols: int) -> MeshMapping:
-    """The abstract rings on a calibrated profile, a wrapped torus of the mesh's shape on a physical one."""
-    return resolve_mapping(hw, rows, cols, topology=None if hw.kind == "calibrated" else f"torus:{rows}x{cols}")
 
 
 def assert_exact_products(algorithm: str, hw: HardwareProfile, mapping: MeshMapping, dims: tuple[int, int, int],

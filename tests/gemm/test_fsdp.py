@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gemm.helpers import assert_exact_products, mapping_for
+from tests.gemm.helpers import assert_exact_products
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -22,17 +22,17 @@ LARGE = (65536, 8192, 8192)  # GeMM longer than the weight gather on the calibra
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
-def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     assert_exact_products("fsdp", hw, mapping, SMALL, [GemmParams(prefetch=p) for p in (Prefetch.NONE, Prefetch.IDEAL)])
 
 
 @pytest.mark.parametrize("mesh", [(4, 1), (8, 1), (16, 1), (1, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dims in (SMALL, LARGE):
         for prefetch in Prefetch:
             problem = GemmProblem(*dims, dataflow)
@@ -41,11 +41,11 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
 
 
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_closed_form(dataflow: Dataflow) -> None:
+def test_closed_form(profile_mesh, dataflow: Dataflow) -> None:
     """os / ls: A(W) + g, or max(A, g) under ideal; rs: g + RdS(dW) whatever the policy (nothing gathered)."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     costs = CostModel(hw, mapping)
     m, n, k = LARGE
     p = 8

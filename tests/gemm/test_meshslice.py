@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from tests.gemm.helpers import mapping_for
-from tpusim.config import Calibration, HardwareProfile, OpCalibration
+from tpusim.config import CalibratedProfile, Calibration, HardwareProfile, OpCalibration
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -33,9 +32,9 @@ def _problem(dataflow: Dataflow, sliced: int, free: tuple[int, int], transpose: 
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", [*MESHES, (8, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
-def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     unit = math.lcm(*mesh) * 8
     for dataflow in Dataflow:
         for transpose in (False, True):
@@ -55,9 +54,9 @@ REGIMES = [((65536, 65536), 8), ((1024, 1024), 2), ((16384, 1024), 2)]
 
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     unit = math.lcm(*mesh) * 8
     for free, q in REGIMES:
         for slices in range(1, 17):
@@ -68,14 +67,14 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
 
 
 @pytest.mark.parametrize("dataflow", [Dataflow.LS, Dataflow.RS], ids=str)
-def test_physical_reduce_scatters_pipeline_below_twin(dataflow: Dataflow) -> None:
+def test_physical_reduce_scatters_pipeline_below_twin(profile_mesh, dataflow: Dataflow) -> None:
     """On the tpuv4 torus a link is held only for serialization (hop latency is propagation), so back-to-back
     reduce-scatters on one axis overlap their latency, where the closed form queues whole collectives FIFO.
     When r is the steady-state bottleneck the DES is therefore faster than the twin, yet never faster than
     the form with r dropped from the steady state."""
     hw = load_hardware("tpuv4")
     # 8x4 untransposed puts RS's reduce-scatter on the 8-chip axis; LS needs the transposed layer for that.
-    mapping = mapping_for(hw, 8, 4)
+    mapping = profile_mesh(hw, 8, 4)[1]
     algorithm = get_algorithm("meshslice")
     for slices in (2, 3):
         problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
@@ -92,11 +91,11 @@ def test_physical_reduce_scatters_pipeline_below_twin(dataflow: Dataflow) -> Non
 def _toy() -> HardwareProfile:
     base = load_hardware("tpuv4")
     op = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)
-    return base.model_copy(update={
-        "name": "toy-3.8", "kind": "calibrated",
-        "calibration": Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
-        "chip": base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
-    })
+    return CalibratedProfile(
+        name="toy-3.8", description="worked examples", kind="calibrated",
+        calibration=Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
+        chip=base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
+    )
 
 
 TOY_SHAPE = {"m": 65536, "k": 8192, "n": 32768}
@@ -112,10 +111,10 @@ TOY_SHAPE = {"m": 65536, "k": 8192, "n": 32768}
     ],
     ids=["meshslice-os", "meshslice-ls", "collective-os", "collective-ls"],
 )
-def test_worked_examples(algorithm: str, dataflow: Dataflow, params: GemmParams,
+def test_worked_examples(profile_mesh, algorithm: str, dataflow: Dataflow, params: GemmParams,
                          terms_us: tuple[list[float], float, float] | None, total_us: float) -> None:
     hw = _toy()
-    mapping = mapping_for(hw, 8, 4)
+    mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], dataflow)
     result = simulate_gemm(problem, algorithm, params, hw, mapping)
     assert result.analytic_time_s is not None
@@ -129,9 +128,9 @@ def test_worked_examples(algorithm: str, dataflow: Dataflow, params: GemmParams,
         assert g * 1e6 == pytest.approx(terms_us[2], abs=0.01)
 
 
-def test_mean_overlap_switch_changes_only_the_twin() -> None:
+def test_mean_overlap_switch_changes_only_the_twin(profile_mesh) -> None:
     hw = _toy()
-    mapping = mapping_for(hw, 8, 4)
+    mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], Dataflow.OS)
     result = simulate_gemm(problem, "meshslice", GemmParams(slices=4, compat_mean_overlap=True), hw, mapping)
     assert result.analytic_time_s is not None
@@ -140,12 +139,12 @@ def test_mean_overlap_switch_changes_only_the_twin() -> None:
 
 
 # -- 4. the headline ordering on GPT-3 FF1 ---------------------------------------------------------------
-def test_gpt3_ff1_exposed_communication() -> None:
+def test_gpt3_ff1_exposed_communication(profile_mesh) -> None:
     """GPT-3 FF1 (M = 256 x 2048 tokens, K = 12288, N = 49152, OS) on 32x8: with K = 8 only MeshSlice's
     slice-0 gathers stay exposed (833.57 us, the 32-chip W gather), against the collective's whole X gather
     (4465.77 us); compute (9297.52 us) is the same for both."""
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, 32, 8)
+    mapping = profile_mesh(hw, 32, 8)[1]
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     sliced = simulate_gemm(problem, "meshslice", GemmParams(slices=8), hw, mapping)
     baseline = simulate_gemm(problem, "collective", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping)
@@ -157,11 +156,11 @@ def test_gpt3_ff1_exposed_communication() -> None:
 
 
 # -- 5. feasibility ------------------------------------------------------------------------------------
-def test_infeasible_slice_count_lists_feasible_ones() -> None:
+def test_infeasible_slice_count_lists_feasible_ones(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     with pytest.raises(InfeasibleError) as info:
-        simulate_gemm(problem, "meshslice", GemmParams(slices=7), hw, mapping_for(hw, 32, 8))
+        simulate_gemm(problem, "meshslice", GemmParams(slices=7), hw, profile_mesh(hw, 32, 8)[1])
     assert str(info.value).startswith(
         "--slices 7: the sliced dimension k = 12288 is not divisible by lcm(32, 8) x 8 x 7; "
         "feasible slice counts: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48"
@@ -191,8 +190,8 @@ def test_unknown_variant() -> None:
                                          GemmParams(slices=1, variant="fast"))
 
 
-def test_slices_rejected_by_collective() -> None:
+def test_slices_rejected_by_collective(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="--slices 4 does not apply to algorithm 'collective'"):
         simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "collective", GemmParams(slices=4), hw,
-                      mapping_for(hw, 4, 4))
+                      profile_mesh(hw, 4, 4)[1])

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gemm.helpers import mapping_for
-from tpusim.config import Calibration, HardwareProfile, OpCalibration
+from tpusim.config import CalibratedProfile, Calibration, HardwareProfile, OpCalibration
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmContext, get_algorithm
 from tpusim.gemm.costs import CostModel
@@ -22,9 +21,9 @@ MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
-def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dataflow in Dataflow:
         for transpose in (False, True):
             # M, N, K all different so a misplaced panel or a swapped axis cannot hide behind a square shape.
@@ -41,9 +40,9 @@ SHAPES = [(262144, 262144, 262144), (1024, 1024, 1024), (16384, 1024, 1024), (10
 
 @pytest.mark.parametrize("mesh", MESHES[:3], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     algorithm = get_algorithm("summa")
     bottlenecks = set()
     for m, n, k in SHAPES:
@@ -60,13 +59,13 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
 
 
 @pytest.mark.parametrize("dataflow", [Dataflow.LS, Dataflow.RS], ids=str)
-def test_physical_reduces_pipeline_below_twin(dataflow: Dataflow) -> None:
+def test_physical_reduces_pipeline_below_twin(profile_mesh, dataflow: Dataflow) -> None:
     """On the tpuv4 torus a link is held only for serialization (hop latency is propagation), so successive
     reduces on the 8-chip axis overlap their latency where the closed form queues whole reduces FIFO; when
     the reduce is the steady-state bottleneck the DES is faster than the twin, yet never faster than the
     form with the reduce dropped from the steady state."""
     hw = load_hardware("tpuv4")
-    mapping = mapping_for(hw, 8, 4)
+    mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(64, 128, 256, dataflow, transpose=dataflow is Dataflow.LS)  # reduce on the 8-chip axis
     params = GemmParams(prefetch=Prefetch.PREVIOUS_OP)
     result = simulate_gemm(problem, "summa", params, hw, mapping)
@@ -81,16 +80,16 @@ def test_physical_reduces_pipeline_below_twin(dataflow: Dataflow) -> None:
 def _toy() -> HardwareProfile:
     base = load_hardware("tpuv4")
     op = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)
-    return base.model_copy(update={
-        "name": "toy-3.8", "kind": "calibrated",
-        "calibration": Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
-        "chip": base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
-    })
+    return CalibratedProfile(
+        name="toy-3.8", description="worked examples", kind="calibrated",
+        calibration=Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
+        chip=base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
+    )
 
 
-def test_worked_example_os() -> None:
+def test_worked_example_os(profile_mesh) -> None:
     hw = _toy()
-    mapping = mapping_for(hw, 8, 4)
+    mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(65536, 32768, 8192, Dataflow.OS)
     result = simulate_gemm(problem, "summa", GemmParams(), hw, mapping)
     (b_x, b_w), r, g = get_algorithm("summa").terms(GemmContext(problem, GemmParams(), (8, 4)), CostModel(hw, mapping))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.engine.network import resolve_mapping
 from tpusim.gemm.algorithm import algorithms
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
@@ -34,11 +33,10 @@ def _cases() -> list[tuple[str, str, tuple[int, int], str | None, int | None]]:
 
 @pytest.mark.parametrize(("hardware", "algorithm", "mesh", "variant", "slices"), _cases())
 @pytest.mark.parametrize("dataflow", list(Dataflow))
-def test_auto_equals_full(hardware: str, algorithm: str, mesh: tuple[int, int], variant: str | None,
+def test_auto_equals_full(profile_mesh, hardware: str, algorithm: str, mesh: tuple[int, int], variant: str | None,
                           slices: int | None, dataflow: Dataflow) -> None:
     profile = load_hardware(hardware)
-    topology = None if profile.kind == "calibrated" else f"torus:{mesh[0]}x{mesh[1]}"
-    mapping = resolve_mapping(profile, *mesh, topology=topology)
+    _, mapping = profile_mesh(profile, *mesh)
     problem = GemmProblem(2048, 1024, 4096, dataflow)
     params = GemmParams(slices=slices, variant=variant)
     full = simulate_gemm(problem, algorithm, params, profile, mapping, fidelity=Fidelity.FULL)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gemm.helpers import mapping_for
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
@@ -14,6 +13,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 1), (8, 1), (16, 1), (1, 4), (1, 8), (1, 16)]
@@ -22,16 +22,17 @@ LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile
 
 
 
-def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> RingTerms:
+def _terms(problem: GemmProblem, hw: HardwareProfile, mapping: MeshMapping) -> RingTerms:
+    mesh = mapping.shape
     axis = 0 if mesh[1] == 1 else 1
-    return ring_terms(problem, (None, axis), mesh, CostModel(hw, mapping_for(hw, *mesh), problem.dtype))
+    return ring_terms(problem, (None, axis), mesh, CostModel(hw, mapping, problem.dtype))
 
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
-def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dataflow in Dataflow:
         for transpose in (False, True):  # no axis pair to swap: must not change the result
             problem = GemmProblem(*SMALL, dataflow, transpose)
@@ -51,12 +52,12 @@ def test_sharding_is_megatron() -> None:
 
 @pytest.mark.parametrize("mesh", [(2, 1), (4, 1), (8, 1), (16, 1), (1, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dims, shift_bound in ((SMALL, True), (LARGE, False)):
         problem = GemmProblem(*dims, dataflow)
-        terms = _terms(problem, hw, mesh)
+        terms = _terms(problem, hw, mapping)
         assert (terms.shift > terms.gemm) == shift_bound
         for prefetch in Prefetch:  # no weight gather: the policy must not matter
             result = simulate_gemm(problem, "tp1d", GemmParams(prefetch=prefetch), hw, mapping)
@@ -65,15 +66,15 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
 
 
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_reference_form_counts_one_extra_roll(dataflow: Dataflow) -> None:
+def test_reference_form_counts_one_extra_roll(profile_mesh, dataflow: Dataflow) -> None:
     """§3.6 writes P max(roll, g); P GeMM steps need only P - 1 rolls, so it exceeds the DES by
     max(roll - g, 0). Its roll (rolled bytes / (2 beta) + lambda + alpha) is exactly one half-block shift."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
-        terms = _terms(problem, hw, mesh)
+        terms = _terms(problem, hw, mapping)
         des = simulate_gemm(problem, "tp1d", GemmParams(), hw, mapping).time_s
         assert terms.reference() - des == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
     cal = hw.calibration
@@ -81,7 +82,7 @@ def test_reference_form_counts_one_extra_roll(dataflow: Dataflow) -> None:
     m, n, k = SMALL
     rolled = {Dataflow.OS: m * k / 8, Dataflow.LS: m * n / 8, Dataflow.RS: k * m / 8}[dataflow]  # elements
     roll = 2 * rolled / (2 * cal.send_recv.bandwidth[1]) + cal.send_recv.step_latency + cal.send_recv.launch_overhead
-    assert _terms(GemmProblem(*SMALL, dataflow), hw, mesh).shift == pytest.approx(roll, rel=1e-12)
+    assert _terms(GemmProblem(*SMALL, dataflow), hw, mapping).shift == pytest.approx(roll, rel=1e-12)
 
 
 def test_infeasible() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gemm.helpers import assert_exact_products, mapping_for
+from tests.gemm.helpers import assert_exact_products
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
@@ -14,6 +14,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
+from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
@@ -22,33 +23,32 @@ LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile (wi
 
 
 
-def _terms(problem: GemmProblem, hw: HardwareProfile, mesh: tuple[int, int]) -> RingTerms:
-    mapping = mapping_for(hw, *mesh)
+def _terms(problem: GemmProblem, hw: HardwareProfile, mapping: MeshMapping) -> RingTerms:
     axes = (problem.layout.axis(0), problem.layout.axis(1))
-    return ring_terms(problem, axes, mesh, CostModel(hw, mapping, problem.dtype))
+    return ring_terms(problem, axes, mapping.shape, CostModel(hw, mapping, problem.dtype))
 
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
-def test_products_exact(hw_name: str, mesh: tuple[int, int]) -> None:
+def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     assert_exact_products("wang", hw, mapping, SMALL, [GemmParams(prefetch=p) for p in (Prefetch.NONE, Prefetch.IDEAL)])
 
 
 @pytest.mark.parametrize("mesh", [*MESHES, (2, 4), (4, 2)], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -> None:
+def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     """Both regimes (shift-bound small blocks, GeMM-bound large ones), every prefetch policy, both layouts.
 
     The 2-chip ring (4x2 not transposed) circulates whole blocks one way (a 2-ring has one neighbour).
     """
     hw = load_hardware("meshslice-tpu-fit")
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dims, shift_bound in ((SMALL, True), (LARGE, False)):
         for transpose in (False, True):
             problem = GemmProblem(*dims, dataflow, transpose)
-            terms = _terms(problem, hw, mesh)
+            terms = _terms(problem, hw, mapping)
             assert (terms.shift > terms.gemm) == shift_bound
             for prefetch in Prefetch:
                 result = simulate_gemm(problem, "wang", GemmParams(prefetch=prefetch), hw, mapping)
@@ -56,16 +56,16 @@ def test_des_equals_twin_calibrated(mesh: tuple[int, int], dataflow: Dataflow) -
 
 
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
-def test_reference_form_counts_one_extra_shift(dataflow: Dataflow) -> None:
+def test_reference_form_counts_one_extra_shift(profile_mesh, dataflow: Dataflow) -> None:
     """§3.4 writes A + C max(sigma, g) + D; the schedule does C GeMM steps but only C - 1 shift steps, so
     the reference exceeds the DES by max(sigma - g, 0): one exposed shift when shift-bound, nothing when
     GeMM-bound. (Prefetch ``none``: the reference form exposes the blocking weight gather.)"""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 4)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
-        terms = _terms(problem, hw, mesh)
+        terms = _terms(problem, hw, mapping)
         des = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
         excess = terms.reference() - des
         assert excess == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
@@ -73,15 +73,15 @@ def test_reference_form_counts_one_extra_shift(dataflow: Dataflow) -> None:
             assert excess > 0.0
 
 
-def test_ideal_prefetch_overlaps_the_weight_gather() -> None:
+def test_ideal_prefetch_overlaps_the_weight_gather(profile_mesh) -> None:
     """``ideal`` hides the blocking weight gather under the ring (OS) but the LS accumulators still wait
     for the first product, which needs the weight: max(A + (C-1) sigma, loop) rather than max(A, loop)."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 4)
-    mapping = mapping_for(hw, *mesh)
+    mapping = profile_mesh(hw, *mesh)[1]
     for dataflow in (Dataflow.OS, Dataflow.LS):
         problem = GemmProblem(*SMALL, dataflow)
-        terms = _terms(problem, hw, mesh)
+        terms = _terms(problem, hw, mapping)
         ideal = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping).time_s
         none = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
         assert none == pytest.approx(terms.gather + terms.loop, rel=1e-9)

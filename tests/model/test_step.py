@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import TransformerModel
-from tpusim.engine.network import resolve_mapping
 from tpusim.engine.overrides import parse_slow_links
 from tpusim.errors import InfeasibleError
 from tpusim.hardware import load_hardware
@@ -21,12 +21,6 @@ TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=
                         ffn=2048, sequence=64)
 
 
-def mapping_for(hardware_name: str, rows: int, cols: int):  # type: ignore[no-untyped-def]
-    hardware = load_hardware(hardware_name)
-    topology = None if hardware.kind == "calibrated" else f"torus:{rows}x{cols}"
-    return hardware, resolve_mapping(hardware, rows, cols, topology=topology)
-
-
 CASES = [
     ("meshslice-sim", 4, 4, "collective", None),
     ("meshslice-tpu-fit", 4, 2, "meshslice", (2, 1, 2, 2)),
@@ -36,10 +30,10 @@ CASES = [
 
 
 @pytest.mark.parametrize(("hw", "rows", "cols", "algorithm", "slices"), CASES)
-def test_extrapolation_equals_simulating_every_layer(hw: str, rows: int, cols: int, algorithm: str,
+def test_extrapolation_equals_simulating_every_layer(profile_mesh, hw: str, rows: int, cols: int, algorithm: str,
                                                      slices: tuple[int, ...] | None) -> None:
-    hardware, mapping = mapping_for(hw, rows, cols)
-    prefetch = Prefetch.IDEAL if hardware.kind == "calibrated" else Prefetch.PREVIOUS_OP
+    hardware, mapping = profile_mesh(hw, rows, cols)
+    prefetch = hardware.prefetch
     spec = StepSpec(TINY, algorithm, rows * 2, slices, prefetch=prefetch, fidelity=Fidelity.FULL)
     window = simulate_step(spec, hardware, mapping)
     every = simulate_step(replace(spec, extrapolate=False), hardware, mapping)
@@ -50,9 +44,9 @@ def test_extrapolation_equals_simulating_every_layer(hw: str, rows: int, cols: i
 
 
 @pytest.mark.parametrize(("hw", "rows", "cols", "algorithm", "slices"), CASES)
-def test_symmetric_equals_full_for_a_whole_step(hw: str, rows: int, cols: int, algorithm: str,
+def test_symmetric_equals_full_for_a_whole_step(profile_mesh, hw: str, rows: int, cols: int, algorithm: str,
                                                 slices: tuple[int, ...] | None) -> None:
-    hardware, mapping = mapping_for(hw, rows, cols)
+    hardware, mapping = profile_mesh(hw, rows, cols)
     spec = StepSpec(TINY, algorithm, rows * 2, slices, fidelity=Fidelity.FULL)
     full = simulate_step(spec, hardware, mapping)
     symmetric = simulate_step(replace(spec, fidelity=Fidelity.SYMMETRIC), hardware, mapping)
@@ -65,14 +59,14 @@ def test_symmetric_equals_full_for_a_whole_step(hw: str, rows: int, cols: int, a
 
 def test_auto_falls_back_to_full_on_a_line() -> None:
     hardware = load_hardware("tpuv4")
-    mapping = resolve_mapping(hardware, 4, 4, topology="mesh:4x4")
+    mapping = place_mesh(hardware, 4, 4, topology="mesh:4x4")
     result = simulate_step(StepSpec(TINY, "collective", 8), hardware, mapping)
     assert result.fidelity == "full"
     assert any("line" in note for note in result.notes)
 
 
-def test_mfu_counts_model_flops_without_padding() -> None:
-    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+def test_mfu_counts_model_flops_without_padding(profile_mesh) -> None:
+    hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
     result = simulate_step(StepSpec(TINY, "collective", 8), hardware, mapping)
     flops = model_flops_per_block(TINY, 8 * 64, 8) * TINY.layers
     assert result.mfu == pytest.approx(flops / (16 * hardware.chip.peak_flops * result.step_time_s), rel=1e-12)
@@ -83,19 +77,19 @@ def test_mfu_counts_model_flops_without_padding() -> None:
 def test_gpt3_at_32_chips_does_not_fit_and_full_recompute_at_2048_does() -> None:
     gpt3 = load_model("gpt3-175b")
     hardware = load_hardware("meshslice-sim")
-    small = simulate_step(StepSpec(gpt3, "collective", 32), hardware, resolve_mapping(hardware, 8, 4))
+    small = simulate_step(StepSpec(gpt3, "collective", 32), hardware, place_mesh(hardware, 8, 4))
     assert small.memory_feasible is False
     params = 12 * 12288**2 * 96 * 16 / 32
     activations = 2048 * 32 * 12288 * (34 + 5 * 96 * 2048 / 12288) * 96 / 32
     assert small.memory_bytes_per_chip == pytest.approx(params + activations, rel=1e-12)
     assert small.memory_shortfall_bytes == pytest.approx(params + activations - 32 * 2**30, rel=1e-12)
     big = simulate_step(StepSpec(gpt3, "collective", 256, recompute=Recompute.FULL), hardware,
-                        resolve_mapping(hardware, 256, 8))
+                        place_mesh(hardware, 256, 8))
     assert big.memory_feasible is True
 
 
-def test_heads_must_split_over_the_feature_axis() -> None:
-    hardware, mapping = mapping_for("meshslice-sim", 2, 16)  # 16 does not divide 8 heads
+def test_heads_must_split_over_the_feature_axis(profile_mesh) -> None:
+    hardware, mapping = profile_mesh("meshslice-sim", 2, 16)  # 16 does not divide 8 heads
     spec = StepSpec(TINY, "collective", 4)
     with pytest.raises(InfeasibleError, match="16 does not divide the 8 heads"):
         simulate_step(spec, hardware, mapping)
@@ -105,7 +99,7 @@ def test_heads_must_split_over_the_feature_axis() -> None:
 
 def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity() -> None:
     hardware = load_hardware("tpuv4")
-    mapping = resolve_mapping(hardware, 16, 4, topology="4x4x4")
+    mapping = place_mesh(hardware, 16, 4, topology="4x4x4")
     slow = parse_slow_links(["0-16:2"], mapping)  # the z link out of chip 0, on logical axis 1's ring
     spec = CollectiveSpec(CollectiveOp.SHIFT, 1, 45_000_000)
     base = simulate_collective(spec, hardware, mapping)
@@ -120,8 +114,8 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
 
 @pytest.mark.parametrize("mesh", [(4, 4), (8, 8)])
 @pytest.mark.parametrize("hw", ["meshslice-sim", "meshslice-tpu-fit"])
-def test_cannon_representative_block_equals_full_for_a_whole_step(mesh: tuple[int, int], hw: str) -> None:
-    hardware, mapping = mapping_for(hw, *mesh)
+def test_cannon_representative_block_equals_full_for_a_whole_step(profile_mesh, mesh: tuple[int, int], hw: str) -> None:
+    hardware, mapping = profile_mesh(hw, *mesh)
     model = replace(TINY, heads=mesh[1], head_dim=512 // mesh[1]) if TINY.heads % mesh[1] else TINY
     spec = StepSpec(model, "cannon", mesh[0] * 2, fidelity=Fidelity.FULL)
     full = simulate_step(spec, hardware, mapping)
@@ -132,8 +126,8 @@ def test_cannon_representative_block_equals_full_for_a_whole_step(mesh: tuple[in
                                                                          rel=1e-9)
 
 
-def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly() -> None:
-    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly(profile_mesh) -> None:
+    hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
     base = StepSpec(TINY, "collective", 8, fidelity=Fidelity.FULL)
     plain = simulate_step(base, hardware, mapping)
     assert plain.switches["embedding_lm_head"] is False and plain.switches["optimizer_update"] is False
@@ -149,8 +143,8 @@ def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly()
     assert optimizer.step_time_s - plain.step_time_s == pytest.approx(params * 28 / 1.2e12, rel=1e-9)
 
 
-def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before() -> None:
-    hardware, mapping = mapping_for("meshslice-sim", 4, 4)
+def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before(profile_mesh) -> None:
+    hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
     times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p, fidelity=Fidelity.FULL), hardware,
                               mapping).step_time_s for p in Prefetch}
     # the weight gathers start with the op before, so they finish earlier than under none (ideal, the authors'

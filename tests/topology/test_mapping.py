@@ -24,10 +24,6 @@ from tpusim.topology import (
 from tpusim.topology.rings import ring_order, snake_path
 
 
-def _mapping(spec: str, mesh: str, axis_map: str | None = None) -> MeshMapping:
-    return map_mesh(parse_topology(spec), *parse_mesh(mesh), axis_map=axis_map)
-
-
 def _assert_path(mapping: MeshMapping, links: tuple[int, ...], src: int, dst: int) -> None:
     """The links form a connected path from chip src to chip dst."""
     topo = mapping.topology
@@ -79,8 +75,8 @@ def check_mapping(mapping: MeshMapping) -> None:
 # --- named cases -----------------------------------------------------------------------------------
 
 
-def test_16x16_on_4x4x16() -> None:
-    m = _mapping("4x4x16", "16x16")
+def test_16x16_on_4x4x16(topology_mesh) -> None:
+    m = topology_mesh("4x4x16", "16x16")
     check_mapping(m)
     assert m.describe() == {
         "mesh": "16x16",
@@ -95,8 +91,8 @@ def test_16x16_on_4x4x16() -> None:
     assert m.chip(2, 3) == 2 + 16 * 3
 
 
-def test_8x8_on_torus_8x8() -> None:
-    m = _mapping("torus:8x8", "8x8")
+def test_8x8_on_torus_8x8(topology_mesh) -> None:
+    m = topology_mesh("torus:8x8", "8x8")
     check_mapping(m)
     assert [a.embedding for a in m.axes] == ["wrapped ring", "wrapped ring"]
     assert [a.physical for a in m.axes] == [("x",), ("y",)]
@@ -104,8 +100,8 @@ def test_8x8_on_torus_8x8() -> None:
     assert m.axes[0].groups[3].fwd_routes[7] == (m.topology.link_id(7 + 24, 0 + 24),)  # type: ignore[union-attr]
 
 
-def test_32x8_on_4x8x8() -> None:
-    m = _mapping("4x8x8", "32x8")
+def test_32x8_on_4x8x8(topology_mesh) -> None:
+    m = topology_mesh("4x8x8", "32x8")
     check_mapping(m)
     assert m.describe()["axis0"] == {
         "size": 32, "physical": ["x", "y"], "embedding": "snake", "closed": True, "max_hops": 1,
@@ -115,8 +111,8 @@ def test_32x8_on_4x8x8() -> None:
     }
 
 
-def test_16x16_on_4x8x8_is_split() -> None:
-    m = _mapping("4x8x8", "16x16")
+def test_16x16_on_4x8x8_is_split(topology_mesh) -> None:
+    m = topology_mesh("4x8x8", "16x16")
     check_mapping(m)
     assert m.describe() == {
         "mesh": "16x16",
@@ -132,8 +128,8 @@ def test_16x16_on_4x8x8_is_split() -> None:
     assert m.axes[1].pieces[0] == AxisPiece(0, 2, 2, False)
 
 
-def test_64x1_is_hamiltonian_cycle_over_the_cube() -> None:
-    m = _mapping("4x4x4", "64x1")
+def test_64x1_is_hamiltonian_cycle_over_the_cube(topology_mesh) -> None:
+    m = topology_mesh("4x4x4", "64x1")
     check_mapping(m)
     axis0 = m.axes[0]
     assert axis0.physical == ("x", "y", "z")
@@ -146,8 +142,8 @@ def test_64x1_is_hamiltonian_cycle_over_the_cube() -> None:
     assert m.axes[1].groups[0].fwd_routes == ()
 
 
-def test_4x4_on_sub_cube_2x2x4() -> None:
-    m = _mapping("2x2x4", "4x4")
+def test_4x4_on_sub_cube_2x2x4(topology_mesh) -> None:
+    m = topology_mesh("2x2x4", "4x4")
     check_mapping(m)
     assert m.describe()["axis0"] == {
         "size": 4, "physical": ["x", "y"], "embedding": "snake", "closed": True, "max_hops": 1,
@@ -161,8 +157,8 @@ def test_4x4_on_sub_cube_2x2x4() -> None:
     assert line.route(3, 0) == m.topology.route(12, 0)  # type: ignore[union-attr]
 
 
-def test_odd_mesh_closes_with_a_multi_hop_route() -> None:
-    m = _mapping("mesh:3x3", "9x1")
+def test_odd_mesh_closes_with_a_multi_hop_route(topology_mesh) -> None:
+    m = topology_mesh("mesh:3x3", "9x1")
     check_mapping(m)
     ring = m.axes[0].groups[0]
     assert ring.members == (0, 1, 4, 3, 6, 7, 8, 5, 2)
@@ -172,8 +168,8 @@ def test_odd_mesh_closes_with_a_multi_hop_route() -> None:
     assert ring.route(0, 8) == ring.bwd_routes[8]
 
 
-def test_ring_route_counts_links_not_steps() -> None:
-    m = _mapping("mesh:5x5", "25x1")
+def test_ring_route_counts_links_not_steps(topology_mesh) -> None:
+    m = topology_mesh("mesh:5x5", "25x1")
     check_mapping(m)
     ring = m.axes[0].groups[0]
     assert m.axes[0].max_hops == 4
@@ -183,33 +179,33 @@ def test_ring_route_counts_links_not_steps() -> None:
     assert ring.route(0, 14) == sum((ring.bwd_routes[r] for r in range(24, 13, -1)), ())
 
 
-def test_odd_torus_closes_in_one_hop_through_wrap() -> None:
-    m = _mapping("torus:3x5", "15x1")
+def test_odd_torus_closes_in_one_hop_through_wrap(topology_mesh) -> None:
+    m = topology_mesh("torus:3x5", "15x1")
     check_mapping(m)
     assert (m.axes[0].embedding, m.axes[0].closed, m.axes[0].max_hops) == ("snake", True, 1)
 
 
-def test_size_two_axis_alone_is_a_line() -> None:
-    m = _mapping("torus:2x8", "2x8")
+def test_size_two_axis_alone_is_a_line(topology_mesh) -> None:
+    m = topology_mesh("torus:2x8", "2x8")
     check_mapping(m)
     assert [(a.embedding, a.closed) for a in m.axes] == [("line", False), ("wrapped ring", True)]
 
 
-def test_single_chip() -> None:
-    m = _mapping("1x1x1", "1x1")
+def test_single_chip(topology_mesh) -> None:
+    m = topology_mesh("1x1x1", "1x1")
     check_mapping(m)
     assert [a.embedding for a in m.axes] == ["single", "single"]
 
 
-def test_rows_one_puts_everything_on_axis_1() -> None:
-    m = _mapping("4x4x4", "1x64")
+def test_rows_one_puts_everything_on_axis_1(topology_mesh) -> None:
+    m = topology_mesh("4x4x4", "1x64")
     check_mapping(m)
     assert m.axes[1].physical == ("x", "y", "z")
     assert m.axes[0].embedding == "single"
 
 
-def test_large_pod_maps_quickly_and_bijectively() -> None:
-    m = _mapping("16x16x16", "256x16")
+def test_large_pod_maps_quickly_and_bijectively(topology_mesh) -> None:
+    m = topology_mesh("16x16x16", "256x16")
     assert sorted(m.chip_grid.ravel().tolist()) == list(range(4096))
     assert m.axes[0].physical == ("x", "y")
     assert m.axes[1].embedding == "wrapped ring"
@@ -218,8 +214,8 @@ def test_large_pod_maps_quickly_and_bijectively() -> None:
 # --- ring routes -----------------------------------------------------------------------------------
 
 
-def test_ring_route_shorter_way_and_ties_forward() -> None:
-    m = _mapping("4x4x16", "16x16")
+def test_ring_route_shorter_way_and_ties_forward(topology_mesh) -> None:
+    m = topology_mesh("4x4x16", "16x16")
     ring = m.axes[1].groups[0]
     topo = m.topology
     assert topo is not None
@@ -238,8 +234,8 @@ def test_ring_embedding_checks_route_count() -> None:
         RingEmbedding(members=(0, 1, 2), closed=True, fwd_routes=((),), bwd_routes=((),))
 
 
-def test_group_of_and_chip_errors() -> None:
-    m = _mapping("torus:4x4", "4x4")
+def test_group_of_and_chip_errors(topology_mesh) -> None:
+    m = topology_mesh("torus:4x4", "4x4")
     assert m.group_of(0, 6) == (1, 2)
     assert m.group_of(1, 6) == (2, 1)
     with pytest.raises(TopologyError, match="logical axis 2 does not exist"):
@@ -253,16 +249,16 @@ def test_group_of_and_chip_errors() -> None:
 # --- search preferences ----------------------------------------------------------------------------
 
 
-def test_axis_1_prefers_a_single_whole_physical_axis() -> None:
-    m = _mapping("4x4x4", "16x4")
+def test_axis_1_prefers_a_single_whole_physical_axis(topology_mesh) -> None:
+    m = topology_mesh("4x4x4", "16x4")
     assert [a.physical for a in m.axes] == [("x", "y"), ("z",)]
-    m = _mapping("4x4x4", "4x16")
+    m = topology_mesh("4x4x4", "4x16")
     assert [a.physical for a in m.axes] == [("x",), ("y", "z")]
 
 
-def test_split_is_used_only_when_no_whole_assignment_exists() -> None:
-    assert _mapping("4x4x4", "8x8").describe()["axis0"]["physical"] == ["x[0:2]", "y"]
-    assert _mapping("4x4x4", "32x2").describe() == {
+def test_split_is_used_only_when_no_whole_assignment_exists(topology_mesh) -> None:
+    assert topology_mesh("4x4x4", "8x8").describe()["axis0"]["physical"] == ["x[0:2]", "y"]
+    assert topology_mesh("4x4x4", "32x2").describe() == {
         "mesh": "32x2",
         "topology": "tpuv4:4x4x4",
         "axis0": {
@@ -275,28 +271,28 @@ def test_split_is_used_only_when_no_whole_assignment_exists() -> None:
 # --- overrides and errors --------------------------------------------------------------------------
 
 
-def test_axis_map_override() -> None:
-    m = _mapping("4x4x16", "16x16", "z,x*y")
+def test_axis_map_override(topology_mesh) -> None:
+    m = topology_mesh("4x4x16", "16x16", "z,x*y")
     check_mapping(m)
     assert [a.physical for a in m.axes] == [("z",), ("x", "y")]
     assert [a.embedding for a in m.axes] == ["wrapped ring", "snake"]
-    m = _mapping("4x4x4", "64x1", "z*y*x,1")
+    m = topology_mesh("4x4x4", "64x1", "z*y*x,1")
     check_mapping(m)
     assert m.axes[0].physical == ("z", "y", "x")
     assert m.axes[0].groups[0].members[:4] == (0, 16, 32, 48)
 
 
-def test_axis_map_split_round_trips_describe() -> None:
-    auto = _mapping("4x8x8", "16x16")
+def test_axis_map_split_round_trips_describe(topology_mesh) -> None:
+    auto = topology_mesh("4x8x8", "16x16")
     labels = [a.describe()["physical"] for a in auto.axes]
-    m = _mapping("4x8x8", "16x16", ",".join("*".join(p) for p in labels))
+    m = topology_mesh("4x8x8", "16x16", ",".join("*".join(p) for p in labels))
     check_mapping(m)
     assert m.describe() == auto.describe()
     assert np.array_equal(m.chip_grid, auto.chip_grid)
 
 
-def test_axis_map_may_name_size_one_axes() -> None:
-    m = _mapping("1x4x4", "4x4", "x*y,z")
+def test_axis_map_may_name_size_one_axes(topology_mesh) -> None:
+    m = topology_mesh("1x4x4", "4x4", "x*y,z")
     assert [a.physical for a in m.axes] == [("y",), ("z",)]
 
 
@@ -320,23 +316,23 @@ def test_axis_map_may_name_size_one_axes() -> None:
         ("4x8x8", "16x16", "x[0:2]*y,x*z", "--axis-map 'x[0:2]*y,x*z' uses physical axis x more than once"),
     ],
 )
-def test_axis_map_errors(spec: str, mesh: str, axis_map: str, message: str) -> None:
+def test_axis_map_errors(topology_mesh, spec: str, mesh: str, axis_map: str, message: str) -> None:
     with pytest.raises(TopologyError) as info:
-        _mapping(spec, mesh, axis_map)
+        topology_mesh(spec, mesh, axis_map)
     assert str(info.value).startswith(message)
 
 
-def test_mesh_size_mismatch() -> None:
+def test_mesh_size_mismatch(topology_mesh) -> None:
     with pytest.raises(TopologyError) as info:
-        _mapping("4x4x16", "8x8")
+        topology_mesh("4x4x16", "8x8")
     assert str(info.value) == (
         "mesh '8x8' has 64 chips but topology 'tpuv4:4x4x16' has 256; choose R and C with R*C = 256"
     )
 
 
-def test_unmappable_mesh() -> None:
+def test_unmappable_mesh(topology_mesh) -> None:
     with pytest.raises(TopologyError) as info:
-        _mapping("mesh:6x6", "9x4")
+        topology_mesh("mesh:6x6", "9x4")
     assert str(info.value).startswith("mesh '9x4' cannot be mapped onto topology 'mesh:6x6'")
     assert info.value.suggestion is not None and "--axis-map" in info.value.suggestion
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
@@ -65,7 +65,7 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
     hardware, loaded = load_hardware("meshslice-tpu-fit"), load_model(model)
     authors = StepSpec(loaded, "meshslice", 256, slices=slices, dataflows=(OS, LS, OS, LS),
                        transposes=(False,) * 4, prefetch=Prefetch.IDEAL, fidelity=Fidelity.AUTO)
-    theirs = simulate_step(authors, hardware, resolve_mapping(hardware, 32, 8))
+    theirs = simulate_step(authors, hardware, place_mesh(hardware, 32, 8))
     ours = tune(TuneRequest(loaded, hardware, 256, ignore_memory=True))
     assert ours.best.step_time_s <= theirs.step_time_s
     assert ours.runner_up is not None and ours.runner_up.mesh != ours.best.mesh
@@ -87,7 +87,7 @@ def test_the_search_estimate_is_the_simulated_step() -> None:
 @pytest.mark.parametrize("mesh", [(8, 4), (2, 16)])
 def test_non_ff_twin_equals_its_simulation(hardware: str, mesh: tuple[int, int]) -> None:
     profile = load_hardware(hardware)
-    mapping = resolve_mapping(profile, *mesh)
+    mapping = place_mesh(profile, *mesh)
     spec = StepSpec(load_model("gpt3-175b"), "meshslice", 32)
     assert non_ff_twin(spec, profile, mapping) == pytest.approx(non_ff_time(spec, profile, mapping, Fidelity.AUTO),
                                                                 rel=1e-9)

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         hardware=args.hardware, mesh=args.mesh, axis=args.axis, op=args.op, bytes=args.bytes,
         topology=args.topology, axis_map=args.axis_map, chunks=args.chunks, ring=args.ring, root=args.root,
         offset=args.offset, slow_chips=args.slow_chip, slow_links=args.slow_link,
+        context=args.context,
     )
     if args.json:
         emit_json(result.to_dict())

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         block=args.block, variant=args.variant, prefetch=args.prefetch, transpose=args.transpose,
         dtype=args.dtype, compat_mean_overlap=args.compat_mean_overlap, fidelity=args.fidelity,
         verify=args.verify, seed=args.seed, trace=args.trace, trace_chips=args.trace_chips,
+        context=args.context,
     )
     if args.json:
         emit_json(result.to_dict())

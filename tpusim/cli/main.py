@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError
-from tpusim.engine.cache import configure_cache
+from tpusim.engine.context import Context
 from tpusim.errors import TpusimError
 
 COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
@@ -44,8 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args_list
     try:
         args = build_parser().parse_args(args_list)
-        if args.cache is not None:
-            configure_cache(args.cache)
+        args.context = Context.with_cache(args.cache)
         return int(args.handler(args) or 0)
     except TpusimError as error:
         if debug:

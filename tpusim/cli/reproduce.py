@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs)
+    outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs,
+                        cache=args.context.cache_folder)
     if args.json:
         emit_json({"families": [{"name": o.name, "csv": str(o.csv), "png": str(o.png), "rows": o.rows}
                                 for o in outputs]})

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
                                  scheduler=args.scheduler, resume=args.resume, timeout=args.timeout,
-                                 yes=args.yes, progress=progress)
+                                 yes=args.yes, progress=progress, cache=args.context.cache_folder)
     finally:
         if bar is not None:
             bar.close()

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         recompute=args.recompute, bytes_per_param=args.bytes_per_param, allow_infeasible=args.allow_infeasible,
         all_layers=args.all_layers, topology=args.topology, axis_map=args.axis_map, slow_chips=args.slow_chip,
         slow_links=args.slow_link, embedding=args.embedding, optimizer=args.optimizer,
+        context=args.context,
     )
     if not result.memory_feasible and not args.ignore_memory:
         result.notes.append(f"memory over capacity by {format_size(result.memory_shortfall_bytes)} per chip; "

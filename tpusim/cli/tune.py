@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         allow_infeasible=args.allow_infeasible, refine_meshes=args.refine_meshes,
         dataflows=_dataflows(args.dataflows),
     )
-    result = tune(request)
+    result = tune(request, context=args.context)
     if args.json:
         emit_json(result.to_dict())
         return 0

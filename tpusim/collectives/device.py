@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import simpy
 
-from tpusim.collectives.ops import CollectiveCall
+from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.handles import expected_of
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -176,7 +177,7 @@ class Device:
 
 
 def _shape_of(t: Tensor | simpy.Event, transpose: bool = False) -> Tensor:
-    tensor = t.expected if isinstance(t, simpy.Event) else t  # type: ignore[attr-defined]
+    tensor = expected_of(t)
     return tensor.transpose() if transpose else tensor
 
 

@@ -21,8 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tpusim.collectives.ops import CollectiveCall
-from tpusim.vocabulary import CollectiveOp, Ring
+from tpusim.vocabulary import Ring
 
 
 class Embedding(Protocol):
@@ -57,33 +56,34 @@ class Plan:
         return int(self.hops.sum())
 
 
-class _Builder:
-    """Accumulates messages as array blocks; routes are ids into a table of link tuples."""
+class PlanBuilder:
+    """Accumulates one group's messages as array blocks; routes are ids into a table of link tuples."""
 
     def __init__(self, emb: Embedding, ring: Ring) -> None:
         self.emb = emb
-        self.n = len(emb.members)
+        self.size = len(emb.members)
+        self.closed = emb.closed
         self.uni = ring is Ring.UNIDIRECTIONAL and emb.closed
         self.routes: list[tuple[int, ...]] = []
         self._route_ids: dict[tuple[int, ...], int] = {}
         self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.count = 0
-        n = self.n
+        n = self.size
         links = len(emb.fwd_routes)
-        self.fwd_ids = np.array([self.route_id(emb.fwd_routes[r % links]) for r in range(n)], dtype=np.int64)
+        self.fwd_ids = np.array([self._route_id(emb.fwd_routes[r % links]) for r in range(n)], dtype=np.int64)
         # bwd_ids[r]: links from rank r to rank r - 1
-        self.bwd_ids = np.array([self.route_id(emb.bwd_routes[(r - 1) % links]) if (emb.closed or r > 0) else -1
+        self.bwd_ids = np.array([self._route_id(emb.bwd_routes[(r - 1) % links]) if (emb.closed or r > 0) else -1
                                  for r in range(n)], dtype=np.int64)
 
-    def route_id(self, route: tuple[int, ...]) -> int:
+    def _route_id(self, route: tuple[int, ...]) -> int:
         rid = self._route_ids.get(route)
         if rid is None:
             rid = self._route_ids[route] = len(self.routes)
             self.routes.append(route)
         return rid
 
-    def add_block(self, src: np.ndarray, dst: np.ndarray, route: np.ndarray, nbytes: np.ndarray | float,
-                  pred: np.ndarray) -> np.ndarray:
+    def _add_block(self, src: np.ndarray, dst: np.ndarray, route: np.ndarray, nbytes: np.ndarray | float,
+                   pred: np.ndarray) -> np.ndarray:
         """Append messages; returns their indices."""
         size = len(src)
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (size,)).copy()
@@ -93,32 +93,18 @@ class _Builder:
         self.count += size
         return index
 
-    def add(self, src: int, dst: int, route: tuple[int, ...], nbytes: float, pred: int) -> int:
+    def _add(self, src: int, dst: int, route: tuple[int, ...], nbytes: float, pred: int) -> int:
         one = np.array([0])
-        index = self.add_block(one + src, one + dst, one + self.route_id(route), nbytes, one + pred)
+        index = self._add_block(one + src, one + dst, one + self._route_id(route), nbytes, one + pred)
         return int(index[0])
 
-    def path(self, src: int, dst: int, forward_only: bool) -> tuple[int, ...]:
-        """Links from src to dst along the ring: the shorter way (ties forward), or forward only."""
-        n = self.n
-        ahead = (dst - src) % n
-        behind = (src - dst) % n
-        if not self.emb.closed:
-            go_forward = dst > src
-        else:
-            go_forward = forward_only or ahead <= behind
-        links: list[int] = []
-        if go_forward:
-            for step in range(ahead if self.emb.closed else dst - src):
-                links.extend(self.routes[self.fwd_ids[(src + step) % n]])
-        else:
-            for step in range(behind if self.emb.closed else src - dst):
-                links.extend(self.routes[self.bwd_ids[(src - step) % n]])
-        return tuple(links)
+    def direct(self, src: int, dst: int, nbytes: float) -> None:
+        """One independent message from rank src to rank dst, along the ring's route between them."""
+        self._add(src, dst, self.emb.route(src, dst, forward_only=self.uni), nbytes, -1)
 
     def ring_steps(self, steps: int, sizes: list[float], forward: bool) -> None:
         """Every rank forwards to its neighbour each step; step s carries sizes[s] bytes."""
-        n = self.n
+        n = self.size
         ranks = np.arange(n)
         dst = (ranks + 1) % n if forward else (ranks - 1) % n
         routes = self.fwd_ids if forward else self.bwd_ids
@@ -126,11 +112,19 @@ class _Builder:
         previous: np.ndarray | None = None
         for s in range(steps):
             pred = np.full(n, -1) if previous is None else previous[feeder]
-            previous = self.add_block(ranks, dst, routes, sizes[s], pred)
+            previous = self._add_block(ranks, dst, routes, sizes[s], pred)
+
+    def ring_both_ways(self, steps: int, unit: float) -> None:
+        """``steps`` ring steps of ``unit`` bytes: halves both ways (bidirectional) or whole ones forward."""
+        if self.uni:
+            self.ring_steps(steps, [unit] * steps, True)
+            return
+        self.ring_steps(steps, [unit / 2] * steps, True)
+        self.ring_steps(steps, [unit / 2] * steps, False)
 
     def line_relay(self, size_of: Callable[[np.ndarray], np.ndarray], forward: bool) -> None:
         """Line steps: at step s, rank p forwards what p-1 (p+1) sent at step s-1; size_of(p) bytes."""
-        n = self.n
+        n = self.size
         by_rank = np.full(n, -1)
         for s in range(1, n):
             senders = np.arange(s - 1, n - 1) if forward else np.arange(n - s, 0, -1)
@@ -138,7 +132,7 @@ class _Builder:
             pred = by_rank[np.clip(feeder, 0, n - 1)] if s > 1 else np.full(len(senders), -1)
             dst = senders + 1 if forward else senders - 1
             routes = self.fwd_ids[senders] if forward else self.bwd_ids[senders]
-            index = self.add_block(senders, dst, routes, size_of(senders), pred)
+            index = self._add_block(senders, dst, routes, size_of(senders), pred)
             by_rank = np.full(n, -1)
             by_rank[senders] = index
 
@@ -146,83 +140,15 @@ class _Builder:
         """One message passed along consecutive ranks (broadcast, reduce, line reduce-scatter)."""
         pred = -1
         for a, b in itertools.pairwise(ranks):
-            rid = self.fwd_ids[a % self.n] if b > a else self.bwd_ids[a % self.n]
-            pred = self.add(a % self.n, b % self.n, self.routes[rid], nbytes, pred)
+            rid = self.fwd_ids[a % self.size] if b > a else self.bwd_ids[a % self.size]
+            pred = self._add(a % self.size, b % self.size, self.routes[rid], nbytes, pred)
+
+    def finish(self, chunks: int) -> Plan:
+        """The messages as a plan, each split into ``chunks`` chunks that pipeline across hops."""
+        return _finish(self, self.size, chunks)
 
 
-def build_plan(call: CollectiveCall, emb: Embedding) -> list[Plan]:
-    """The plan (two phases for all-reduce) of ``call`` on one group."""
-    if call.op is CollectiveOp.ALL_REDUCE:
-        phases = (CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_GATHER)
-        n = len(emb.members)
-        shard = call.nbytes // n
-        return [
-            _finish(_messages(CollectiveCall(op, call.axis, shard if op is CollectiveOp.ALL_GATHER else call.nbytes,
-                                             call.dim, ring=call.ring), emb), len(emb.members), call.chunks)
-            for op in phases
-        ]
-    return [_finish(_messages(call, emb), len(emb.members), call.chunks)]
-
-
-def _messages(call: CollectiveCall, emb: Embedding) -> _Builder:
-    b = _Builder(emb, call.ring)
-    n = b.n
-    unit = call.unit_bytes(n)
-    op = call.op
-    if n == 1:
-        return b
-    if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
-        if emb.closed:
-            half = unit if b.uni else unit / 2
-            b.ring_steps(n - 1, [half] * (n - 1), True)
-            if not b.uni:
-                b.ring_steps(n - 1, [half] * (n - 1), False)
-        elif op is CollectiveOp.ALL_GATHER:
-            b.line_relay(lambda p: np.full(len(p), unit), True)
-            b.line_relay(lambda p: np.full(len(p), unit), False)
-        else:
-            for dest in range(n - 1, 0, -1):
-                b.chain(list(range(0, dest + 1)), unit)
-            for dest in range(0, n - 1):
-                b.chain(list(range(n - 1, dest - 1, -1)), unit)
-    elif op is CollectiveOp.ALL_TO_ALL:
-        if emb.closed:
-            ahead = n - 1 if b.uni else n // 2
-            behind = 0 if b.uni else (n - 1) // 2
-            b.ring_steps(ahead, [(ahead - s) * unit for s in range(ahead)], True)
-            if behind:
-                b.ring_steps(behind, [(behind - s) * unit for s in range(behind)], False)
-        else:
-            b.line_relay(lambda p: (n - 1 - p) * unit, True)
-            b.line_relay(lambda p: p * unit, False)
-    elif op in (CollectiveOp.BROADCAST, CollectiveOp.REDUCE):
-        root = call.root % n
-        if emb.closed:
-            ahead = n - 1 if b.uni else n // 2
-            behind = 0 if b.uni else (n - 1) // 2
-            out_fwd = [root + q for q in range(ahead + 1)]
-            out_bwd = [root - q for q in range(behind + 1)]
-        else:
-            out_fwd = list(range(root, n))
-            out_bwd = list(range(root, -1, -1))
-        for path in (out_fwd, out_bwd):
-            if len(path) > 1:
-                b.chain(path if op is CollectiveOp.BROADCAST else path[::-1], unit)
-    elif op is CollectiveOp.SHIFT:
-        if call.offset % n:
-            for p in range(n):
-                dst = (p + call.offset) % n
-                b.add(p, dst, b.path(p, dst, b.uni), unit, -1)
-    elif op is CollectiveOp.SEND_RECV:
-        src, dst = call.root % n, call.offset % n
-        if src != dst:
-            b.add(src, dst, b.path(src, dst, b.uni), unit, -1)
-    else:
-        raise AssertionError(op)
-    return b
-
-
-def _finish(builder: _Builder, n: int, chunks: int) -> Plan:
+def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
     if builder.blocks:
         src, dst, rid, nbytes, pred = (np.concatenate(parts) for parts in zip(*builder.blocks, strict=True))
     else:

@@ -8,16 +8,22 @@ all-reduce and all-to-all, and the message for broadcast, reduce, shift and send
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpusim.collectives.analytic import calibrated_time, physical_time
+import simpy
+
+from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.ops import CollectiveCall
+from tpusim.collectives.network import network_for
+from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
+from tpusim.engine.context import Context
+from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
-from tpusim.engine.simulation import LinkOverride, Simulation
+from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
@@ -101,13 +107,8 @@ def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
 
 def twin_time(spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
     """The closed form of ``spec`` on one group of ``mapping``'s axis."""
-    axis = mapping.axes[spec.axis]
-    n = axis.size
-    call = _call(spec, member_tensor(spec, n))
-    if hardware.kind == "calibrated":
-        assert hardware.calibration is not None
-        return calibrated_time(call, n, hardware.calibration)
-    return physical_time(call, n, closed=axis.closed, hops_per_step=axis.max_hops, ici=hardware.ici)
+    n = mapping.shape[spec.axis]
+    return network_for(hardware, mapping).twin(_call(spec, member_tensor(spec, n)))
 
 
 def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
@@ -118,43 +119,40 @@ def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
 def simulate_collective(
     spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None,
     chip_slowdown: dict[int, float] | None = None, link_overrides: dict[int, LinkOverride] | None = None,
+    context: Context | None = None,
 ) -> CollectiveResult:
     """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links."""
     n = mapping.shape[spec.axis]
     tensor = member_tensor(spec, n)
-    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
-    runtime = CollectiveRuntime(sim, ring=spec.ring, chunks=spec.chunks)
+    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown)
+    network = network_for(hardware, mapping, context=context, link_overrides=link_overrides)
+    runtime = CollectiveRuntime(sim, network, ring=spec.ring, chunks=spec.chunks)
     call = _call(spec, tensor)
 
-    def program(dev: Device):  # type: ignore[no-untyped-def]
+    def program(dev: Device) -> Generator[simpy.Event, Any, Any]:
         result = yield runtime.submit(dev.chip_id, call, tensor)
         return result
 
     run_spmd(sim, runtime, program, lambda dev: ())
     elapsed = float(sim.now)
     notes: list[str] = []
-    twin = twin_time(spec, hardware, mapping)
+    twin = network.twin(call)
     if twin is None:
         notes.append("no closed form is claimed for this case (chunked multi-hop routes or all-to-all)")
-    links = sim.links
-    if links is None:
+    totals = network.totals(elapsed)
+    if totals is None:
         notes.append("abstract calibrated network: no per-link accounting")
-        bytes_sent = max_link = util = None
-        transfers = 0
-    else:
-        bytes_sent = float(links.bytes.sum())
-        max_link = float(links.bytes.max()) if links.count else 0.0
-        util = float(links.utilisation(elapsed).max()) if links.count else 0.0
-        transfers = links.transfers
     if link_overrides:
         notes.append("per-link overrides: the closed form describes the network without them")
     if mapping.axes[spec.axis].max_hops > 1:
         notes.append("ring neighbours are several hops apart; routes of different groups may share links")
     return CollectiveResult(
         op=str(spec.op), axis=spec.axis, group_size=n, groups=mapping.shape[1 - spec.axis],
-        bytes=spec.nbytes, unit_bytes=call.unit_bytes(n), ring=str(spec.ring), chunks=spec.chunks,
-        hardware=hardware.name, fidelity="full", time_s=elapsed, analytic_time_s=twin,
-        bytes_sent=bytes_sent, max_link_bytes=max_link, max_link_utilisation=util,
-        transfers=transfers, events=sim.events, mapping=mapping.describe(), notes=notes,
+        bytes=spec.nbytes, unit_bytes=operation(spec.op).unit_bytes(call, n), ring=str(spec.ring),
+        chunks=spec.chunks, hardware=hardware.name, fidelity="full", time_s=elapsed, analytic_time_s=twin,
+        bytes_sent=None if totals is None else totals.bytes_sent,
+        max_link_bytes=None if totals is None else totals.max_link_bytes,
+        max_link_utilisation=None if totals is None else totals.max_link_utilisation,
+        transfers=0 if totals is None else totals.transfers, events=sim.events, mapping=mapping.describe(),
+        notes=notes,
     )
-

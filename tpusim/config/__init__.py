@@ -1,7 +1,16 @@
 """Pydantic models of every YAML file, and the strict loader that reports errors by file and key path."""
 
 from tpusim.config.experiment import Experiment, Overrides, Point, Scale, Sweep
-from tpusim.config.hardware import Calibration, ChipSpec, HardwareProfile, IciSpec, OpCalibration
+from tpusim.config.hardware import (
+    CalibratedProfile,
+    Calibration,
+    ChipSpec,
+    HardwareProfile,
+    IciSpec,
+    OpCalibration,
+    PhysicalProfile,
+    ProfileDocument,
+)
 from tpusim.config.loader import (
     Bytes,
     BytesPerSecond,
@@ -18,6 +27,7 @@ from tpusim.config.model import TransformerModel
 __all__ = [
     "Bytes",
     "BytesPerSecond",
+    "CalibratedProfile",
     "Calibration",
     "ChipSpec",
     "Experiment",
@@ -27,7 +37,9 @@ __all__ = [
     "IciSpec",
     "OpCalibration",
     "Overrides",
+    "PhysicalProfile",
     "Point",
+    "ProfileDocument",
     "Scale",
     "Seconds",
     "Sweep",

@@ -1,19 +1,30 @@
 """Models of a hardware profile file (``configs/hardware/*.yaml``): chip, ICI and calibration constants.
 
 Values are SI (FLOP/s, bytes, B/s, seconds). A *physical* profile describes links and hops; a *calibrated*
-profile additionally carries the per-op, per-axis constants (beta, lambda, alpha) of the MeshSlice authors'
-cost model, which switch the network to the abstract ring-per-axis mode.
+profile carries instead the per-op, per-axis constants (beta, lambda, alpha) of the MeshSlice authors' cost
+model, which run the network as one abstract ring per logical axis. Which one a file is follows its ``kind``
+(docs/hardware-profiles.md#profile-files).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from tpusim.config.loader import Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
+from tpusim.vocabulary import Prefetch
 
-__all__ = ["Calibration", "ChipSpec", "HardwareProfile", "IciSpec", "OpCalibration"]
+__all__ = [
+    "CalibratedProfile",
+    "Calibration",
+    "ChipSpec",
+    "HardwareProfile",
+    "IciSpec",
+    "OpCalibration",
+    "PhysicalProfile",
+    "ProfileDocument",
+]
 
 Count = Annotated[int, Field(ge=1)]
 
@@ -70,26 +81,42 @@ class Calibration(FrozenModel):
 
 
 class HardwareProfile(FrozenModel):
-    """A named hardware profile: what the simulated cluster is made of."""
+    """What every named hardware profile has: a name, a chip, and how the network is modelled (``kind``).
+
+    Concrete profiles are ``PhysicalProfile`` (directed ICI links) and ``CalibratedProfile`` (the MeshSlice
+    authors' abstract ring per logical axis); a profile file is one of the two, chosen by its ``kind``.
+    """
 
     name: str = Field(min_length=1)
     description: str
-    kind: Literal["physical", "calibrated"]
+    kind: str
     base: str | None = None
     """The profile this one was derived from (already merged in; kept for the record)."""
     chip: ChipSpec
-    ici: IciSpec
-    calibration: Calibration | None = None
-    """Required exactly when kind is 'calibrated'."""
     overlap_slowdown: float = Field(1.0, ge=1.0, allow_inf_nan=False)
     """MXU time multiplier while ICI DMA is active; 1.0 turns the effect off."""
+    prefetch: Prefetch
+    """The prefetch policy runs use unless told otherwise."""
 
-    @model_validator(mode="after")
-    def _calibration_matches_kind(self) -> Self:
-        if self.kind == "calibrated" and self.calibration is None:
-            raise ValueError(
-                "kind 'calibrated' needs a 'calibration' block (all_gather, reduce_scatter, send_recv)"
-            )
-        if self.kind == "physical" and self.calibration is not None:
-            raise ValueError("kind 'physical' must not have a 'calibration' block; use kind 'calibrated'")
-        return self
+
+class PhysicalProfile(HardwareProfile):
+    """A cluster of chips joined by directed ICI links (docs/network.md#links)."""
+
+    kind: Literal["physical"]
+    ici: IciSpec
+    prefetch: Prefetch = Prefetch.PREVIOUS_OP
+    """Physically honest by default: a data-independent gather may start with the op before its GeMM."""
+
+
+class CalibratedProfile(HardwareProfile):
+    """The MeshSlice authors' fitted cost model: one abstract ring per logical axis
+    (docs/network.md#the-calibrated-network)."""
+
+    kind: Literal["calibrated"]
+    calibration: Calibration
+    prefetch: Prefetch = Prefetch.IDEAL
+    """The authors' accounting by default (a prefetched gather overlaps the GeMM that consumes it)."""
+
+
+ProfileDocument = Annotated[PhysicalProfile | CalibratedProfile, Field(discriminator="kind")]
+"""A profile file: physical or calibrated according to its ``kind``."""

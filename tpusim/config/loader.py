@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 from tpusim.errors import ConfigError, closest
@@ -152,13 +152,24 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 # ---------------------------------------------------------------------------------------------- validation
 
 
-def validate(model_cls: type[M], data: Any, source: str) -> M:
-    """``data`` validated as ``model_cls``; the first problem becomes a ConfigError naming ``source``.
+@typing.overload
+def validate(model_cls: type[M], data: Any, source: str) -> M: ...
+
+
+@typing.overload
+def validate(model_cls: Any, data: Any, source: str) -> Any: ...
+
+
+def validate(model_cls: Any, data: Any, source: str) -> Any:
+    """``data`` validated as ``model_cls`` (a model, or a type such as a discriminated union of models); the
+    first problem becomes a ConfigError naming ``source``.
 
     The first problem is pydantic's first error, except that an unknown key wins over the others.
     """
     try:
-        return model_cls.model_validate(data)
+        if isinstance(model_cls, type) and issubclass(model_cls, BaseModel):
+            return model_cls.model_validate(data)
+        return TypeAdapter(model_cls).validate_python(data)  # cheap: the models' schemas are built once
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         # A misspelt key also makes its intended key "missing"; the unknown key is the one to report.
@@ -193,23 +204,32 @@ def _render(path: list[int | str]) -> str:
     return text
 
 
-def _model_at(tp: Any, path: list[int | str]) -> type[BaseModel] | None:
+def _model_at(tp: Any, path: list[int | str], data: Any) -> type[BaseModel] | None:
     """The pydantic model that describes the mapping at ``path`` inside ``tp``, if there is one."""
     for item in path:
-        tp = _descend(tp, item)
+        tp = _descend(tp, item, data)
+        data = _child(data, item)
         if tp is None:
             return None
-    return _find_model(tp)
+    return _find_model(tp, data)
 
 
-def _descend(tp: Any, item: int | str) -> Any:
-    model = _find_model(tp)
+def _child(data: Any, item: int | str) -> Any:
+    if isinstance(item, int) and isinstance(data, list | tuple) and 0 <= item < len(data):
+        return data[item]
+    if isinstance(data, Mapping):
+        return data.get(item)
+    return None
+
+
+def _descend(tp: Any, item: int | str, data: Any) -> Any:
+    model = _find_model(tp, data)
     if model is not None:
         field = model.model_fields.get(str(item))
         return field.annotation if field is not None else None
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
-        return _descend(args[0], item)
+        return _descend(args[0], item, data)
     if origin is tuple and isinstance(item, int):
         if len(args) == 2 and args[1] is Ellipsis:
             return args[0]
@@ -219,17 +239,21 @@ def _descend(tp: Any, item: int | str) -> Any:
     return None
 
 
-def _find_model(tp: Any) -> type[BaseModel] | None:
+def _find_model(tp: Any, data: Any = None) -> type[BaseModel] | None:
+    """The model ``tp`` describes; in a union of models, the one whose ``kind`` matches the data's."""
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return tp
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
-        return _find_model(args[0])
+        return _find_model(args[0], data)
     if origin in (typing.Union, types.UnionType):
-        for arg in args:
-            found = _find_model(arg)
-            if found is not None:
-                return found
+        models = [found for arg in args if (found := _find_model(arg)) is not None]
+        kind = data.get("kind") if isinstance(data, Mapping) else None
+        for model in models:
+            field = model.model_fields.get("kind")
+            if field is not None and kind in typing.get_args(field.annotation):
+                return model
+        return models[0] if models else None
     return None
 
 
@@ -246,7 +270,7 @@ def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, s
         return f"{where}: {_short(error['input'])} has no item [{path[-1]}]", None
     if kind in ("extra_forbidden", "missing") and path:
         key, parent = path[-1], _render(path[:-1]) or "top level"
-        model = _model_at(model_cls, path[:-1])
+        model = _model_at(model_cls, path[:-1], data)
         # the keys as written in YAML: a field's alias where it has one (e.g. 'lambda' for lambda_)
         valid = sorted(f.alias or n for n, f in model.model_fields.items()) if model is not None else []
         if kind == "missing":

@@ -1,9 +1,10 @@
 """A timing cache: results keyed by everything that determines them, in memory and optionally on disk.
 
 The key is a hash of a canonical JSON rendering of the inputs (problem, algorithm parameters, mesh and
-its mapping, the whole hardware profile, fidelity, overrides). Memory caching is always on within a
-process; disk caching happens only in a folder the user names (``TPUSIM_CACHE_DIR`` or
-``configure_cache(folder)``), one JSON file per entry, written through a temporary file and a rename.
+its mapping, the whole hardware profile, fidelity, overrides). A cache lives on a
+``Context`` (no module-level state): memory entries for as long as the context, and disk entries only in a
+folder the user names (``--cache DIR`` or ``TPUSIM_CACHE_DIR``), one JSON file per entry, written through a
+temporary file and a rename.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-CACHE_ENV = "TPUSIM_CACHE_DIR"
 _MEMORY_ENTRIES = 4096
 
 
@@ -86,16 +86,3 @@ class TimingCache:
     def clear(self) -> None:
         self.memory.clear()
         self.hits = self.misses = 0
-
-
-_CACHE = TimingCache(Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV) else None)
-
-
-def timing_cache() -> TimingCache:
-    return _CACHE
-
-
-def configure_cache(folder: Path | str | None) -> TimingCache:
-    """Set (or, with None, unset) the disk folder of the process-wide cache."""
-    _CACHE.folder = Path(folder) if folder is not None else None
-    return _CACHE

@@ -12,8 +12,18 @@ ready at the same instant.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class LinkOverride:
+    """Scale one directed link's bandwidth and latency (a what-if: a slow or degraded link)."""
+
+    bandwidth_factor: float = 1.0
+    latency_factor: float = 1.0
+
 
 TransferHook = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tpusim.engine.simulation import LinkOverride
+from tpusim.engine.links import LinkOverride
 from tpusim.errors import UserError
 from tpusim.topology import MeshMapping
 

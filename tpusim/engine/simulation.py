@@ -1,25 +1,20 @@
-"""The simulation context: a SimPy environment, the chips, the links and the programs they run.
+"""One simulated run: a SimPy environment, the chips, the tracer and the programs the chips run.
 
-A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. On a physical network it
-holds one ``LinkArray`` entry per directed ICI link of the topology; on the abstract calibrated network
-it holds per-axis channels instead (see ``channels``). Chip programs are SimPy processes started with
-``start``; ``run`` advances time until every program has finished and raises ``DeadlockError`` naming
-the stuck chips when the event queue empties first.
+A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. The network (links or
+calibrated channels) belongs to the collectives layer. Chip programs are SimPy processes started with
+``start``; ``run`` advances time until every program has finished and raises ``DeadlockError`` naming the
+stuck chips when the event queue empties first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import simpy
 
 from tpusim.config import HardwareProfile
-from tpusim.engine.channels import ChannelArray
 from tpusim.engine.chip import Chip
-from tpusim.engine.links import LinkArray
 from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
@@ -36,14 +31,6 @@ class CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events_processed += 1
         super().step()
-
-
-@dataclass(frozen=True)
-class LinkOverride:
-    """Scale one directed link's bandwidth and latency (a what-if: a slow or degraded link)."""
-
-    bandwidth_factor: float = 1.0
-    latency_factor: float = 1.0
 
 
 class ChipTable(dict[int, Chip]):
@@ -74,7 +61,6 @@ class Simulation:
         *,
         tracer: Tracer | None = None,
         chip_slowdown: Mapping[int, float] | None = None,
-        link_overrides: Mapping[int, LinkOverride] | None = None,
     ) -> None:
         self.env = CountingEnvironment()
         self.hardware = hardware
@@ -82,28 +68,11 @@ class Simulation:
         self.mapping = mapping
         self.topology = mapping.topology
         self.tracer = tracer
-        self.calibrated = hardware.kind == "calibrated"
         num_chips = mapping.shape[0] * mapping.shape[1]
         self.chips = ChipTable(num_chips, dict(chip_slowdown or {}))
-        self.links: LinkArray | None = None
-        self.channels = ChannelArray()
-        if not self.calibrated:
-            if self.topology is None:
-                raise ValueError("a physical hardware profile needs a physical topology")
-            self.links = self._build_links(link_overrides or {})
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}
-
-    def _build_links(self, overrides: Mapping[int, LinkOverride]) -> LinkArray:
-        assert self.topology is not None
-        count = self.topology.num_links
-        bandwidth = np.full(count, self.hardware.ici.link_bandwidth)
-        latency = np.full(count, self.hardware.ici.hop_latency)
-        for link, override in overrides.items():
-            bandwidth[link] *= override.bandwidth_factor
-            latency[link] *= override.latency_factor
-        return LinkArray(bandwidth, latency)
 
     @property
     def now(self) -> float:

@@ -14,9 +14,10 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
+from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.network import resolve_mapping
+from tpusim.engine.context import Context
 from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
 from tpusim.errors import InfeasibleError, TopologyError, UserError, unknown_name
@@ -79,7 +80,7 @@ def mesh_of(mesh: MeshLike) -> tuple[int, int]:
 
 def _mapping(hardware: HardwareProfile, mesh: tuple[int, int], topology: str | None,
              axis_map: str | None) -> MeshMapping:
-    return resolve_mapping(hardware, mesh[0], mesh[1], topology=topology, axis_map=axis_map)
+    return place_mesh(hardware, mesh[0], mesh[1], topology=topology, axis_map=axis_map)
 
 
 def _prefetch(hardware: HardwareProfile, prefetch: str | Prefetch | None) -> Prefetch:
@@ -89,7 +90,8 @@ def _prefetch(hardware: HardwareProfile, prefetch: str | Prefetch | None) -> Pre
 def collective(*, hardware: str | HardwareProfile, mesh: MeshLike, axis: int, op: str, bytes: str | int,
                topology: str | None = None, axis_map: str | None = None, chunks: int = 1, ring: str = "bi",
                root: int = 0, offset: int = 1, slow_chips: Sequence[str] = (),
-               slow_links: Sequence[str] = (), scale: dict[str, float] | None = None) -> CollectiveResult:
+               slow_links: Sequence[str] = (), scale: dict[str, float] | None = None,
+               context: Context | None = None) -> CollectiveResult:
     """Simulate one collective on every group of ``axis``."""
     profile = hardware_of(hardware, scale)
     shape = mesh_of(mesh)
@@ -106,7 +108,7 @@ def collective(*, hardware: str | HardwareProfile, mesh: MeshLike, axis: int, op
     spec = CollectiveSpec(CollectiveOp.parse(op), axis, int(size), Ring.parse(ring), chunks, root, offset)
     return simulate_collective(spec, profile, mapping,
                                chip_slowdown=parse_slow_chips(slow_chips, shape[0] * shape[1]) or None,
-                               link_overrides=parse_slow_links(slow_links, mapping) or None)
+                               link_overrides=parse_slow_links(slow_links, mapping) or None, context=context)
 
 
 def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dataflow: str, m: int, n: int,
@@ -114,7 +116,7 @@ def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dat
          block: int = 8, variant: str | None = None, prefetch: str | None = None, transpose: bool = False,
          dtype: str = "bf16", compat_mean_overlap: bool = False, fidelity: str = "full", verify: bool = False,
          seed: int = 0, trace: Path | str | None = None, trace_chips: str | None = None,
-         scale: dict[str, float] | None = None) -> GemmResult:
+         scale: dict[str, float] | None = None, context: Context | None = None) -> GemmResult:
     """Simulate one distributed GeMM (optionally verified against the dense product, optionally traced)."""
     profile = hardware_of(hardware, scale)
     name = get_algorithm(algorithm).name
@@ -138,7 +140,7 @@ def gemm(*, hardware: str | HardwareProfile, mesh: MeshLike, algorithm: str, dat
     problem = GemmProblem(m, n, k, Dataflow.parse(dataflow), transpose, dtype)
     params = GemmParams(_prefetch(profile, prefetch), slices, block, variant, compat_mean_overlap)
     result = simulate_gemm(problem, name, params, profile, mapping, verify=verify, seed=seed, tracer=tracer,
-                           fidelity=Fidelity.parse(fidelity))
+                           fidelity=Fidelity.parse(fidelity), context=context)
     if tracer is not None and trace is not None:
         tracer.write(Path(trace))
         result.notes.append(f"trace written to {trace}")
@@ -189,7 +191,7 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
          bytes_per_param: float = 16.0, allow_infeasible: bool = False, all_layers: bool = False,
          topology: str | None = None, axis_map: str | None = None, slow_chips: Sequence[str] = (),
          slow_links: Sequence[str] = (), scale: dict[str, float] | None = None,
-         embedding: bool = False, optimizer: bool = False) -> StepResult:
+         embedding: bool = False, optimizer: bool = False, context: Context | None = None) -> StepResult:
     """Simulate one training step."""
     transformer = model_of(model)
     profile = hardware_of(hardware, scale)
@@ -217,17 +219,17 @@ def step(*, model: str | TransformerModel, hardware: str | HardwareProfile, mesh
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
 
-        spec = replace(spec, slices=best_slices(spec, profile, mapping))
+        spec = replace(spec, slices=best_slices(spec, profile, mapping, context))
     return simulate_step(spec, profile, mapping,
                          chip_slowdown=parse_slow_chips(slow_chips, count) or None,
-                         link_overrides=parse_slow_links(slow_links, mapping) or None)
+                         link_overrides=parse_slow_links(slow_links, mapping) or None, context=context)
 
 
 def tune(*, model: str | TransformerModel, hardware: str | HardwareProfile, chips: int,
          algorithm: str = "meshslice", batch: int | None = None, topology: str | None = None,
          prefetch: str | None = None, recompute: str = "none", fidelity: str = "auto", exhaustive: bool = False,
          ignore_memory: bool = False, allow_infeasible: bool = False, bytes_per_param: float = 16.0,
-         scale: dict[str, float] | None = None) -> TuneResult:
+         scale: dict[str, float] | None = None, context: Context | None = None) -> TuneResult:
     """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step."""
     from tpusim.tuning.search import TuneRequest
     from tpusim.tuning.search import tune as search
@@ -243,4 +245,4 @@ def tune(*, model: str | TransformerModel, hardware: str | HardwareProfile, chip
         ignore_memory=ignore_memory, allow_infeasible=allow_infeasible,
         bytes_per_param=_bytes_per_param(bytes_per_param),
     )
-    return search(request)
+    return search(request, context=context)

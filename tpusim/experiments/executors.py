@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
+from tpusim.engine.context import Context
 from tpusim.errors import UserError
 from tpusim.experiments.points import run_point
 
@@ -19,25 +20,26 @@ Job = tuple[int, dict[str, Any]]
 Done = tuple[int, dict[str, Any], float]
 
 
-def timed_point(point: dict[str, Any]) -> tuple[dict[str, Any], float]:
+def timed_point(point: dict[str, Any], cache: str | None) -> tuple[dict[str, Any], float]:
+    """Run one point in a context of its own (sharing only the disk cache folder, when one is named)."""
     start = time.perf_counter()
-    outcome = run_point(point)
+    outcome = run_point(point, Context.with_cache(cache))
     return outcome, time.perf_counter() - start
 
 
-def run_inline(jobs: Sequence[Job]) -> Iterator[Done]:
+def run_inline(jobs: Sequence[Job], cache: str | None) -> Iterator[Done]:
     for index, point in jobs:
-        outcome, wall = timed_point(point)
+        outcome, wall = timed_point(point, cache)
         yield index, outcome, wall
 
 
-def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Done]:
+def run_local(jobs: Sequence[Job], workers: int, cache: str | None = None) -> Iterator[Done]:
     """A process pool with ``workers`` processes (``--jobs``)."""
     if workers <= 1:
-        yield from run_inline(jobs)
+        yield from run_inline(jobs, cache)
         return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(timed_point, point): index for index, point in jobs}
+        pending = {pool.submit(timed_point, point, cache): index for index, point in jobs}
         try:
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -50,7 +52,7 @@ def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Done]:
                 future.cancel()
 
 
-def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int) -> Iterator[Done]:
+def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int, cache: str | None = None) -> Iterator[Done]:
     """A Dask distributed cluster at ``scheduler`` (``tcp://host:8786``), or a LocalCluster when None."""
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -67,7 +69,7 @@ def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int) -> Iterat
         except OSError as error:
             raise UserError(f"--scheduler {scheduler!r}: cannot reach the Dask scheduler ({error})") from None
     try:
-        futures = {client.submit(timed_point, point, pure=False, key=f"tpusim-point-{index}"): index
+        futures = {client.submit(timed_point, point, cache, pure=False, key=f"tpusim-point-{index}"): index
                    for index, point in jobs}
         for future in as_completed(futures):
             outcome, wall = future.result()

@@ -33,7 +33,7 @@ def experiments_root() -> Path:
 
 
 def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str | None = None,
-              jobs: int = 1) -> list[FamilyOutput]:
+              jobs: int = 1, cache: Path | str | None = None) -> list[FamilyOutput]:
     """Run family ``name`` (or ``all``) into ``out``."""
     names = family_names() if name == "all" else [get_family(name).name]
     if hardware is not None:
@@ -53,7 +53,7 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
         if updates:
             experiment = experiment.model_copy(update={"point": point.model_copy(update=updates)})
         folder = out_dir / family_name
-        run_experiment(experiment, folder, jobs=jobs, yes=True)
+        run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache)
         entries = json.loads((folder / "results.json").read_text())["points"]
         rows = family.table(entries)
         csv_path = folder / f"{family_name}.csv"

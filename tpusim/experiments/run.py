@@ -66,6 +66,7 @@ def run_experiment(
     timeout: float | None = None,
     yes: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    cache: Path | str | None = None,
 ) -> RunSummary:
     """Run every point of ``experiment`` into folder ``out``."""
     source = "experiment"
@@ -96,7 +97,8 @@ def run_experiment(
     files.flush({"started": time.time()})
     fault_after = int(os.environ.get(FAULT_ENV, "0") or 0)
     start = time.monotonic()
-    stream = run_dask(todo, scheduler, jobs) if executor == "dask" else run_local(todo, jobs)
+    folder = None if cache is None else str(cache)
+    stream = run_dask(todo, scheduler, jobs, folder) if executor == "dask" else run_local(todo, jobs, folder)
     timed_out = False
     for written, (index, outcome, wall) in enumerate(stream, start=1):
         files.add(index, hashes[index], pending[index], outcome,

@@ -65,22 +65,24 @@ class GemmAlgorithm(ABC):
             valid = ", ".join(self.variants) if self.variants else "none (this algorithm has no variants)"
             raise InfeasibleError(f"unknown variant {params.variant!r} for algorithm {self.name!r}; valid: {valid}")
 
-    def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
-        """Whether every chip runs an identically timed schedule (so one representative chip suffices).
+    def symmetric_safe(self, params: GemmParams, rank_independent: bool) -> bool:
+        """Whether every chip runs an identically timed schedule (so representative chips suffice).
 
-        Algorithms whose schedule depends on the chip's position (rotating roots on a physical network,
-        per-row skews) override this.
+        ``rank_independent``: whether the network times a collective the same whatever the root and
+        finishes every member together (docs/network.md#fidelity-modes). Algorithms whose schedule depends
+        on the chip's position (rotating roots, per-row skews) override this.
         """
-        del params, calibrated
+        del params, rank_independent
         return True
 
-    def representatives(self, mesh: tuple[int, int], params: GemmParams, calibrated: bool) -> list[tuple[int, int]]:
+    def representatives(self, mesh: tuple[int, int], params: GemmParams,
+                        rank_independent: bool) -> list[tuple[int, int]]:
         """The chips symmetric fidelity runs: one suffices where every chip behaves alike.
 
         Algorithms whose chips differ by position but are dominated by a few (Cannon's largest skews)
         return those; a test proves the reduction equals full fidelity.
         """
-        del mesh, params, calibrated
+        del mesh, params, rank_independent
         return [(0, 0)]
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:

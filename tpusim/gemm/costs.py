@@ -1,14 +1,16 @@
 """Closed-form building blocks for the algorithms' analytic twins: collective and GeMM times.
 
 ``CostModel`` answers "how long does this collective take on one group of that axis, uncontended" from
-the collectives' twins (calibrated or physical, per the profile) and "how long does this local GeMM
+the network's collective twins and "how long does this local GeMM
 take" from the chip model, so every algorithm's twin is written once for both kinds of network.
 """
 
 from __future__ import annotations
 
-from tpusim.collectives.analytic import calibrated_time, physical_time
-from tpusim.collectives.ops import CollectiveCall
+from typing import Any
+
+from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.network import network_for
 from tpusim.config import HardwareProfile
 from tpusim.hardware import ChipModel
 from tpusim.topology import MeshMapping
@@ -26,26 +28,19 @@ class CostModel:
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, dtype: str = "bf16") -> None:
         self.hardware = hardware
         self.mapping = mapping
+        self.network = network_for(hardware, mapping)
         self.chip = ChipModel(hardware.chip)
         self.itemsize = dtype_bytes(dtype)
 
     def size(self, axis: int) -> int:
         return self.mapping.shape[axis]
 
-    def collective(self, op: CollectiveOp, axis: int, elements: float, **fields: object) -> float:
+    def collective(self, op: CollectiveOp, axis: int, elements: float, **fields: Any) -> float:
         """Time of ``op`` whose caller passes a tensor of ``elements`` elements, on one group of ``axis``."""
-        n = self.mapping.shape[axis]
-        call = CollectiveCall(op, axis, round(elements * self.itemsize), **fields)  # type: ignore[arg-type]
-        if self.hardware.kind == "calibrated":
-            assert self.hardware.calibration is not None
-            return calibrated_time(call, n, self.hardware.calibration)
-        axis_map = self.mapping.axes[axis]
-        value = physical_time(call, n, closed=axis_map.closed, hops_per_step=axis_map.max_hops,
-                              ici=self.hardware.ici)
+        value = self.network.twin(CollectiveCall(op, axis, round(elements * self.itemsize), **fields))
         if value is None:
             raise NoClosedForm(f"no closed form for {op} on axis {axis}")
         return value
-
     def all_gather(self, axis: int, shard_elements: float) -> float:
         return self.collective(CollectiveOp.ALL_GATHER, axis, shard_elements)
 

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from tpusim.config import HardwareProfile
-from tpusim.engine.fidelity import network_asymmetry
+from tpusim.collectives.network import Network
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.params import GemmParams
-from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Fidelity
 
 
-def symmetric_obstacle(algorithm: GemmAlgorithm, params: GemmParams, hardware: HardwareProfile,
-                       mapping: MeshMapping, *, overrides: bool = False, payload: bool = False) -> str | None:
+def symmetric_obstacle(algorithm: GemmAlgorithm, params: GemmParams, network: Network, *,
+                       overrides: bool = False, payload: bool = False) -> str | None:
     """Why ``symmetric`` would not be exact here, or None."""
     if payload:
         return "numpy payloads need every chip's data (full fidelity)"
-    reason = network_asymmetry(hardware, mapping, overrides=overrides)
+    reason = network.asymmetry(overrides=overrides)
     if reason is not None:
         return reason
-    if not algorithm.symmetric_safe(params, hardware.kind == "calibrated"):
+    if not algorithm.symmetric_safe(params, network.rank_independent):
         return f"algorithm {algorithm.name!r} schedules chips differently by position"
     return None
 
@@ -36,7 +34,6 @@ def resolve_fidelity(requested: Fidelity, obstacle: str | None) -> tuple[Fidelit
     return requested, None
 
 
-def representative_chips(algorithm: GemmAlgorithm, params: GemmParams, hardware: HardwareProfile,
-                         mapping: MeshMapping) -> list[tuple[int, int]]:
+def representative_chips(algorithm: GemmAlgorithm, params: GemmParams, network: Network) -> list[tuple[int, int]]:
     """The chips a symmetric run simulates."""
-    return algorithm.representatives(mapping.shape, params, hardware.kind == "calibrated")
+    return algorithm.representatives(network.mapping.shape, params, network.rank_independent)

@@ -9,8 +9,8 @@ from tpusim.vocabulary import Prefetch
 
 
 def default_prefetch(hardware: HardwareProfile) -> Prefetch:
-    """``ideal`` on calibrated profiles (artifact compatibility), ``previous-op`` on physical ones."""
-    return Prefetch.IDEAL if hardware.kind == "calibrated" else Prefetch.PREVIOUS_OP
+    """The profile's own default (``ideal`` on the calibrated profiles, ``previous-op`` on physical ones)."""
+    return hardware.prefetch
 
 
 @dataclass(frozen=True)

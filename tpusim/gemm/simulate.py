@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
-from tpusim.engine.cache import cache_key, timing_cache
+from tpusim.engine.cache import cache_key
+from tpusim.engine.context import Context
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -98,30 +100,33 @@ def simulate_gemm(
     seed: int = 0,
     tracer: Tracer | None = None,
     fidelity: Fidelity = Fidelity.FULL,
+    context: Context | None = None,
 ) -> GemmResult:
     """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring."""
+    context = context if context is not None else Context()
+    network = network_for(hardware, mapping, context=context)
     cacheable = tracer is None and not verify and fidelity is not Fidelity.ANALYTIC
-    if cacheable:
-        # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
-        obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, hardware, mapping)
-        resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
-        key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved)
-        cached = timing_cache().get(key)
-        if cached is not None:
-            return GemmResult(**cached)
-    result = _simulate_gemm(problem, algorithm_name, params, hardware, mapping, verify, seed, tracer, fidelity)
-    if cacheable:
-        timing_cache().put(key, result.to_dict())
+    if not cacheable:
+        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity)
+    # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
+    obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, network)
+    resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
+    key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved)
+    cached = context.timings.get(key)
+    if cached is not None:
+        return GemmResult(**cached)
+    result = _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity)
+    context.timings.put(key, result.to_dict())
     return result
 
 
-def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, hardware: HardwareProfile,
-                   mapping: MeshMapping, verify: bool, seed: int, tracer: Tracer | None,
-                   fidelity: Fidelity) -> GemmResult:
+def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, network: Network, verify: bool,
+                   seed: int, tracer: Tracer | None, fidelity: Fidelity) -> GemmResult:
+    hardware, mapping = network.hardware, network.mapping
     algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
     check_gemm(algorithm, problem, mesh, params)
-    obstacle = symmetric_obstacle(algorithm, params, hardware, mapping, payload=verify)
+    obstacle = symmetric_obstacle(algorithm, params, network, payload=verify)
     fidelity, why = resolve_fidelity(fidelity, obstacle)
     if fidelity is Fidelity.ANALYTIC:
         return _analytic_result(algorithm, problem, params, hardware, mapping)
@@ -142,8 +147,8 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
     sim = Simulation(hardware, mapping, tracer=tracer)
-    reps = representative_chips(algorithm, params, hardware, mapping) if symmetric else None
-    runtime = CollectiveRuntime(sim, representatives=reps)
+    reps = representative_chips(algorithm, params, network) if symmetric else None
+    runtime = CollectiveRuntime(sim, network, representatives=reps)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
     elapsed = float(sim.now)
     notes: list[str] = [why] if why else []
@@ -161,19 +166,20 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
-    links = None if symmetric else sim.links
-    if symmetric and sim.links is not None:
+    totals = network.totals(elapsed)
+    if symmetric and totals is not None:
         notes.append("symmetric fidelity: representative chips only; per-link totals are not reported")
+    links = None if symmetric else totals
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
         variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity=str(fidelity),
         time_s=elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
         idle_s=parts.idle, flops_per_chip=sim.chips[critical].flops,
-        bytes_sent=None if links is None else float(links.bytes.sum()),
-        max_link_bytes=None if links is None else float(links.bytes.max(initial=0.0)),
-        max_link_utilisation=None if links is None else float(links.utilisation(elapsed).max(initial=0.0)),
-        transfers=0 if sim.links is None else sim.links.transfers, events=sim.events,
+        bytes_sent=None if links is None else links.bytes_sent,
+        max_link_bytes=None if links is None else links.max_link_bytes,
+        max_link_utilisation=None if links is None else links.max_link_utilisation,
+        transfers=0 if totals is None else totals.transfers, events=sim.events,
         mapping=mapping.describe(), max_abs_error=error, notes=notes,
     )
 

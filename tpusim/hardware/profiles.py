@@ -12,7 +12,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tpusim.config.hardware import Calibration, HardwareProfile, OpCalibration
+from tpusim.config.hardware import (
+    CalibratedProfile,
+    HardwareProfile,
+    OpCalibration,
+    PhysicalProfile,
+    ProfileDocument,
+)
 from tpusim.config.loader import deep_merge, display_path, load_yaml, validate
 from tpusim.errors import ConfigError, closest, unknown_name
 
@@ -20,6 +26,7 @@ __all__ = ["config_root", "hardware_names", "list_hardware", "load_hardware", "s
 
 CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
 _WHAT = "hardware profile"
+_KINDS: dict[object, type[HardwareProfile]] = {"physical": PhysicalProfile, "calibrated": CalibratedProfile}
 # A child names and describes itself; inheriting these would silently mislabel it.
 _NOT_INHERITED = frozenset({"name", "description"})
 
@@ -68,7 +75,7 @@ def load_hardware(name_or_path: str) -> HardwareProfile:
 @cache
 def _load_cached(path: Path, shown: str, registry: Path) -> HardwareProfile:
     # The registry folder is part of the key: $TPUSIM_CONFIG_DIR decides what names and bases resolve to.
-    profile = validate(HardwareProfile, _merged_mapping(path, shown, ()), shown)
+    profile: HardwareProfile = validate(ProfileDocument, _merged_mapping(path, shown, ()), shown)
     if path.parent == registry and profile.name != path.stem:
         raise ConfigError(
             f"{shown}: name: {profile.name!r} must match the file name {path.stem!r} of a registered profile"
@@ -94,8 +101,12 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
     base_shown = display_path(base_path)
     inherited = _merged_mapping(base_path, base_shown, seen)
     # Validating the base on its own makes its mistakes name its own file, not the child's.
-    validate(HardwareProfile, inherited, base_shown)
-    inherited = {key: value for key, value in inherited.items() if key not in _NOT_INHERITED}
+    validate(ProfileDocument, inherited, base_shown)
+    # A profile takes from its base only what its own kind has: a calibrated profile based on a physical one
+    # inherits the chip, never the links it does not model.
+    kind = data.get("kind", inherited.get("kind"))
+    own = _KINDS.get(kind, PhysicalProfile).model_fields
+    inherited = {key: value for key, value in inherited.items() if key in own and key not in _NOT_INHERITED}
     return deep_merge(inherited, data)
 
 
@@ -153,27 +164,21 @@ def scaled_profile(
     if not tags:
         return profile
     chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops})
-    ici = profile.ici.model_copy(
-        update={
-            "link_bandwidth": profile.ici.link_bandwidth * bandwidth,
-            "hop_latency": profile.ici.hop_latency * latency,
-            "launch_overhead": profile.ici.launch_overhead * overhead,
-        }
-    )
-    calibration: Calibration | None = None
-    if profile.calibration is not None:
+    update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}
+    if isinstance(profile, PhysicalProfile):
+        update["ici"] = profile.ici.model_copy(
+            update={
+                "link_bandwidth": profile.ici.link_bandwidth * bandwidth,
+                "hop_latency": profile.ici.hop_latency * latency,
+                "launch_overhead": profile.ici.launch_overhead * overhead,
+            }
+        )
+    elif isinstance(profile, CalibratedProfile):
         cal = profile.calibration
-        calibration = cal.model_copy(
+        update["calibration"] = cal.model_copy(
             update={
                 op: _scaled_op(getattr(cal, op), bandwidth, latency, overhead)
                 for op in ("all_gather", "reduce_scatter", "send_recv")
             }
         )
-    return profile.model_copy(
-        update={
-            "name": f"{profile.name}[{','.join(tags)}]",
-            "chip": chip,
-            "ici": ici,
-            "calibration": calibration,
-        }
-    )
+    return profile.model_copy(update=update)

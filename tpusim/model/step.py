@@ -16,12 +16,15 @@ from typing import Any
 import simpy
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.accounting import breakdown
-from tpusim.engine.cache import cache_key, timing_cache
+from tpusim.engine.cache import cache_key
+from tpusim.engine.context import Context
+from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
-from tpusim.engine.simulation import LinkOverride, Simulation
+from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
@@ -269,15 +272,16 @@ def _step_program(dev: Device, forward: tuple[Op, ...], backward: tuple[Op, ...]
             timeline.append((op.name, layer, start, dev.env.now))
 
 
-def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, layers: int,
+def _simulate_window(spec: StepSpec, network: Network, layers: int,
                      forward: tuple[Op, ...], backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm],
                      chip_slowdown: dict[int, float] | None,
                      link_overrides: dict[int, LinkOverride] | None,
                      representatives: list[tuple[int, int]] | None,
                      extras: tuple[tuple[Op, ...], ...]) -> _Window:
     symmetric = representatives is not None
-    sim = Simulation(hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides)
-    runtime = CollectiveRuntime(sim, representatives=representatives)
+    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown)
+    network = network_for(network.hardware, network.mapping, context=network.context, link_overrides=link_overrides)
+    runtime = CollectiveRuntime(sim, network, representatives=representatives)
     timelines: dict[int, list[tuple[str, int, float, float]]] = {}
 
     def args(dev: Device) -> tuple:
@@ -291,28 +295,31 @@ def _simulate_window(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMap
     mxu = sim.chips[critical].spans
     comm = runtime.comm_spans.get(critical, [])
     parts = breakdown(mxu, comm, elapsed)
-    links = None if symmetric else sim.links
+    links = None if symmetric else network.totals(elapsed)
     return _Window(elapsed, parts.compute, parts.exposed, parts.idle, timelines[critical], mxu, comm,
-                   None if links is None else float(links.bytes.sum()),
-                   None if links is None else float(links.utilisation(elapsed).max(initial=0.0)))
+                   None if links is None else links.bytes_sent,
+                   None if links is None else links.max_link_utilisation)
 
 
 def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, *,
                   chip_slowdown: dict[int, float] | None = None,
-                  link_overrides: dict[int, LinkOverride] | None = None) -> StepResult:
+                  link_overrides: dict[int, LinkOverride] | None = None,
+                  context: Context | None = None) -> StepResult:
     """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters."""
+    context = context if context is not None else Context()
     key = cache_key("step", spec, hardware, mapping.describe(), chip_slowdown, link_overrides)
-    cached = timing_cache().get(key)
+    cached = context.timings.get(key)
     if cached is not None:
         return StepResult(**cached)
-    result = _simulate_step(spec, hardware, mapping, chip_slowdown, link_overrides)
-    timing_cache().put(key, result.to_dict())
+    network = network_for(hardware, mapping, context=context)
+    result = _simulate_step(spec, network, chip_slowdown, link_overrides)
+    context.timings.put(key, result.to_dict())
     return result
 
 
-def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                   chip_slowdown: dict[int, float] | None,
+def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, float] | None,
                    link_overrides: dict[int, LinkOverride] | None) -> StepResult:
+    hardware, mapping = network.hardware, network.mapping
     mesh = mapping.shape
     chips = mesh[0] * mesh[1]
     forward, backward, slices, violations = plan_ops(spec, mesh)
@@ -320,19 +327,18 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     prepared = _prepare(spec, mesh, forward + backward + extras[1], slices, violations)
     algorithm = get_algorithm(spec.algorithm)
     params = next(iter(prepared.values())).ctx.params
-    obstacle = symmetric_obstacle(algorithm, params, hardware, mapping,
-                                  overrides=bool(chip_slowdown or link_overrides))
+    obstacle = symmetric_obstacle(algorithm, params, network, overrides=bool(chip_slowdown or link_overrides))
     fidelity, why = resolve_fidelity(spec.fidelity, obstacle)
     if fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
-    reps = representative_chips(algorithm, params, hardware, mapping) if fidelity is Fidelity.SYMMETRIC else None
+    reps = representative_chips(algorithm, params, network) if fidelity is Fidelity.SYMMETRIC else None
     total_layers = spec.model.layers
     if reps == [(0, 0)] and spec.extrapolate and spec.prefetch is not Prefetch.PREVIOUS_OP:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
-        step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, hardware, mapping, forward, backward,
-                                                                prepared, extras, reps)
+        step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, network, forward, backward, prepared,
+                                                                extras, reps)
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
         sizes: list[int] = []
         bytes_per_layer, busiest = None, None
@@ -341,7 +347,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
             sizes = [spec.window, spec.window + 1]
         else:
             sizes = [total_layers]
-        windows = [_simulate_window(spec, hardware, mapping, n, forward, backward, prepared, chip_slowdown,
+        windows = [_simulate_window(spec, network, n, forward, backward, prepared, chip_slowdown,
                                     link_overrides, reps, extras) for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
@@ -390,7 +396,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     )
 
 
-def _sum_of_ops(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, forward: tuple[Op, ...],
+def _sum_of_ops(spec: StepSpec, network: Network, forward: tuple[Op, ...],
                 backward: tuple[Op, ...], prepared: dict[str, _PreparedGemm], extras: tuple[tuple[Op, ...], ...],
                 reps: list[tuple[int, int]]) -> tuple[float, float, float, float, list[OpTiming]]:
     """(time, compute, exposed, idle, per-op rows) of the step as the sum of its ops, each simulated once."""
@@ -400,11 +406,12 @@ def _sum_of_ops(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
         if op.name not in seen:
             if isinstance(op, GemmOp):  # through the GeMM cache the tuner's pricing shares
                 job = prepared[op.name]
-                g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, hardware, mapping,
+                g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
+                                  network.mapping, context=network.context,
                                   fidelity=Fidelity.SYMMETRIC)
                 seen[op.name] = OpTiming(op.name, g.time_s, g.compute_s, g.exposed_comm_s, g.idle_s)
             else:
-                w = _simulate_window(spec, hardware, mapping, 1, (op,), (), prepared, None, None, reps,
+                w = _simulate_window(spec, network, 1, (op,), (), prepared, None, None, reps,
                                      ((), (), ()))
                 seen[op.name] = OpTiming(op.name, w.time, w.compute, w.exposed, w.idle)
         return seen[op.name]

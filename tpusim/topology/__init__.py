@@ -15,6 +15,7 @@ from tpusim.topology.mapping import (
     parse_mesh,
 )
 from tpusim.topology.physical import PhysicalTopology, build_topology
+from tpusim.topology.rings import ring_way
 from tpusim.topology.slices import (
     DEFAULT_TPUV4_SLICES,
     default_tpuv4_slice,
@@ -37,5 +38,6 @@ __all__ = [
     "map_mesh",
     "parse_mesh",
     "parse_topology",
+    "ring_way",
     "tpuv4_slice",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 from tpusim.errors import TopologyError, TpusimError
 from tpusim.topology.physical import PhysicalTopology
 from tpusim.topology.pieces import AxisPiece, choose_pieces, parse_axis_map
-from tpusim.topology.rings import ring_order
+from tpusim.topology.rings import ring_order, ring_way
 
 __all__ = [
     "AxisMapping",
@@ -61,33 +61,23 @@ class RingEmbedding:
         """Number of members."""
         return len(self.members)
 
-    def route(self, src_rank: int, dst_rank: int) -> tuple[int, ...]:
-        """Links from rank src to rank dst along the ring (the shorter way round) or the line.
-
-        On a closed ring the way with fewer links is taken, then the way with fewer steps; exact ties
-        go forward (increasing rank).
-        """
+    def route(self, src_rank: int, dst_rank: int, *, forward_only: bool = False) -> tuple[int, ...]:
+        """Links from rank src to rank dst along the ring or the line, the way ``ring_way`` chooses."""
         size = self.size
         src = _check_index(src_rank, size, "source rank")
         dst = _check_index(dst_rank, size, "destination rank")
-        ahead = (dst - src) % size
-        if ahead == 0:
-            return ()
-        behind = size - ahead
-        if self.closed:
-            fwd_links = sum(len(self.fwd_routes[(src + s) % size]) for s in range(ahead))
-            bwd_links = sum(len(self.bwd_routes[(src - 1 - s) % size]) for s in range(behind))
-            forward = (fwd_links, ahead) <= (bwd_links, behind)
-        else:
-            forward = dst > src
+        forward, steps = ring_way(size, src, dst, closed=self.closed, forward_only=forward_only,
+                                  links=self._links)
         links: list[int] = []
-        if forward:
-            for s in range(ahead):
-                links.extend(self.fwd_routes[(src + s) % size])
-        else:
-            for s in range(behind):
-                links.extend(self.bwd_routes[(src - 1 - s) % size])
+        for s in range(steps):
+            links.extend(self.fwd_routes[(src + s) % size] if forward else self.bwd_routes[(src - 1 - s) % size])
         return tuple(links)
+
+    def _links(self, src: int, steps: int, forward: bool) -> int:
+        size = self.size
+        if forward:
+            return sum(len(self.fwd_routes[(src + s) % size]) for s in range(steps))
+        return sum(len(self.bwd_routes[(src - 1 - s) % size]) for s in range(steps))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ A logical axis uses this order as its rank order, so logical neighbours are phys
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 Point = tuple[int, ...]
 
@@ -89,3 +89,29 @@ def ring_order(lengths: Sequence[int], cyclic: Sequence[bool], closing_hops: Seq
             point[p] = value
         order.append(tuple(point))
     return order
+
+
+def ring_way(size: int, src: int, dst: int, *, closed: bool, forward_only: bool = False,
+             links: Callable[[int, int, bool], int] | None = None) -> tuple[bool, int]:
+    """(forward, steps) of the way from rank ``src`` to rank ``dst``: the one routing rule of every ring.
+
+    On a line the way is straight. On a closed ring it is forward when ``forward_only`` (a unidirectional
+    ring), else the way crossing fewer physical links (``links(src, steps, forward)`` counts them; by
+    default one link per step), then the way with fewer steps; exact ties go forward (increasing rank).
+    """
+    ahead = (dst - src) % size
+    if ahead == 0:
+        return True, 0
+    if not closed:
+        return dst > src, abs(dst - src)
+    behind = size - ahead
+    if forward_only:
+        return True, ahead
+    count = links or _one_link_per_step
+    forward = (count(src, ahead, True), ahead) <= (count(src, behind, False), behind)
+    return forward, ahead if forward else behind
+
+
+def _one_link_per_step(src: int, steps: int, forward: bool) -> int:
+    del src, forward
+    return steps

@@ -23,9 +23,10 @@ from typing import Any
 import simpy
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.network import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
-from tpusim.engine.fidelity import network_asymmetry
+from tpusim.engine.context import Context
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm
@@ -65,7 +66,8 @@ class CostCache:
     ``twins`` and ``simulations`` count the GeMMs actually priced (cache misses) by each method.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, context: Context | None = None) -> None:
+        self.context = context if context is not None else Context()
         self._times: dict[tuple[Any, ...], float | None] = {}
         self.twins = 0
         self.simulations = 0
@@ -82,7 +84,7 @@ class CostCache:
         else:
             self.simulations += 1
             value = simulate_gemm(problem, algorithm.name, params, hardware, mapping,
-                                  fidelity=Fidelity(mode)).time_s
+                                  fidelity=Fidelity(mode), context=self.context).time_s
         self._times[key] = value
         return value
 
@@ -177,14 +179,16 @@ def non_ff_twin(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping)
     return total
 
 
-def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity) -> float:
+def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity,
+                context: Context | None = None) -> float:
     """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts."""
     ops = _non_ff_ops(spec, mapping.shape)
-    mode, _ = resolve_fidelity(fidelity, network_asymmetry(hardware, mapping, overrides=False))
+    network = network_for(hardware, mapping, context=context)
+    mode, _ = resolve_fidelity(fidelity, network.asymmetry(overrides=False))
     symmetric = mode is Fidelity.SYMMETRIC
     sim = Simulation(hardware, mapping)
-    runtime = CollectiveRuntime(sim, representative=symmetric)
-    run_spmd(sim, runtime, _local_program, lambda dev: (ops,), only=[(0, 0)] if symmetric else None)
+    runtime = CollectiveRuntime(sim, network, representatives=[(0, 0)] if symmetric else None)
+    run_spmd(sim, runtime, _local_program, lambda dev: (ops,))
     return sim.now
 
 

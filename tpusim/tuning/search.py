@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from tpusim.collectives.network import network_for, place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.network import resolve_mapping
+from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
@@ -92,7 +93,8 @@ class _MeshSearch:
         self.window: set[tuple[int, LayerOption]] | None = None  # what the DES-priced DP may use
         self.bounded = 0  # options ranked by the one-hop bound
         self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
-        obstacle = symmetric_obstacle(context.algorithm, context.base, context.hardware, candidate.mapping)
+        obstacle = symmetric_obstacle(context.algorithm, context.base,
+                                      network_for(context.hardware, candidate.mapping))
         self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
         self._options: dict[tuple[int, bool], list[LayerOption]] = {}
 
@@ -157,7 +159,8 @@ class _MeshSearch:
             if not simulated:
                 twin = non_ff_twin(spec, hardware, mapping)
                 twin = twin if twin is not None else non_ff_twin(spec, hardware, self.pricer.relaxed)
-            times[start] = twin if twin is not None else non_ff_time(spec, hardware, mapping, self.context.fidelity)
+            times[start] = twin if twin is not None else non_ff_time(spec, hardware, mapping, self.context.fidelity,
+                                                                         self.pricer.cache.context)
         return times
 
     def plans(self, simulated: bool, keep: int) -> list[Plan]:
@@ -199,7 +202,7 @@ def _near(k: int | None, around: int | None) -> bool:
     return around <= 2 * k and k <= 2 * around
 
 
-def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
+def tune(request: TuneRequest, cache: CostCache | None = None, context: Context | None = None) -> TuneResult:
     """Search the configuration space for ``request``; see the module docstring."""
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
@@ -207,9 +210,9 @@ def tune(request: TuneRequest, cache: CostCache | None = None) -> TuneResult:
     hardware, model, chips = request.hardware, request.model, request.chips
     algorithm = get_algorithm(request.algorithm)
     batch = request.batch if request.batch is not None else chips
-    if hardware.kind == "calibrated" and request.topology is not None:
-        resolve_mapping(hardware, chips, 1, topology=request.topology)  # raises the calibrated-topology error
-    cache = cache if cache is not None else CostCache()
+    if request.topology is not None:
+        place_mesh(hardware, chips, 1, topology=request.topology)  # a topology the network cannot take fails here
+    cache = cache if cache is not None else CostCache(context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
 
@@ -347,7 +350,8 @@ def _time(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> Choic
     timed = replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
                     transposes=tuple(o.transpose for o in plan.options),
                     slices=tuple(o.slices for o in plan.options) if uses_slices else None)
-    result = simulate_step(timed, search.context.hardware, search.candidate.mapping)
+    result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
+                           context=search.pricer.cache.context)
     return Choice(
         mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tpusim.config import HardwareProfile
+from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.params import GemmParams
@@ -21,7 +22,8 @@ from tpusim.tuning.space import slice_counts
 from tpusim.vocabulary import Fidelity
 
 
-def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> tuple[int, ...]:
+def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
+                context: Context | None = None) -> tuple[int, ...]:
     """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``."""
     algorithm = get_algorithm(spec.algorithm)
     mesh = mapping.shape
@@ -39,7 +41,8 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping)
                     check_gemm(algorithm, problem, mesh, params)
             except InfeasibleError:
                 continue
-            total = sum(simulate_gemm(p, algorithm.name, params, hardware, mapping, fidelity=fidelity).time_s
+            total = sum(simulate_gemm(p, algorithm.name, params, hardware, mapping, fidelity=fidelity,
+                                      context=context).time_s
                         for p in problems)
             timed.append((total, k))
         if not timed:

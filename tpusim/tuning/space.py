@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tpusim.collectives.network import place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.network import resolve_mapping
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
@@ -90,7 +90,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
             rejected.append(RejectedMesh(label, error.message))
             continue
         try:
-            mapping = resolve_mapping(hardware, rows, cols, topology=topology)
+            mapping = place_mesh(hardware, rows, cols, topology=topology)
         except TopologyError as error:
             rejected.append(RejectedMesh(label, error.message))
             continue

@@ -54,12 +54,13 @@ class Cannon(GemmAlgorithm):
     summary = "Cannon: skewed blocks (and LS/RS partial outputs) shifted one hop per step; square meshes"
     variants = (TEXTBOOK, HALVES)
 
-    def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
-        # the textbook skew shifts each row and column by its own rank, so chips differ; on the calibrated
+    def symmetric_safe(self, params: GemmParams, rank_independent: bool) -> bool:
+        # the textbook skew shifts each row and column by its own rank, so chips differ; on a rank-independent
         # network the chips with the longest skews and unskews dominate their groups (see representatives)
-        return calibrated or (params.variant or TEXTBOOK) != TEXTBOOK
+        return rank_independent or (params.variant or TEXTBOOK) != TEXTBOOK
 
-    def representatives(self, mesh: tuple[int, int], params: GemmParams, calibrated: bool) -> list[tuple[int, int]]:
+    def representatives(self, mesh: tuple[int, int], params: GemmParams,
+                        rank_independent: bool) -> list[tuple[int, int]]:
         if (params.variant or TEXTBOOK) != TEXTBOOK:
             return [(0, 0)]
         # skews of ranks n/2 and unskews of rank n/2 + 1 are the longest (at most n/2 hops); the block of

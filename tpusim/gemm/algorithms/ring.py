@@ -37,6 +37,7 @@ from typing import Any
 import simpy
 
 from tpusim.collectives.device import Device
+from tpusim.collectives.handles import Pending, expected_of
 from tpusim.engine.tensor import Tensor, add, concat
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
@@ -142,18 +143,14 @@ def _split(dev: Device, value: Operand, dim: int, count: int) -> list[Operand]:
     """``count`` pieces of a tensor, or of a pending gather (each piece pending until the gather lands)."""
     if isinstance(value, Tensor):
         return value.split(dim, count)
-    events = []
-    for expected in value.expected.split(dim, count):  # type: ignore[attr-defined]
-        event = dev.env.event()
-        event.expected = expected  # type: ignore[attr-defined]  # lets a GeMM start on the pending piece
-        events.append(event)
+    pieces = [Pending(dev.env, expected) for expected in expected_of(value).split(dim, count)]
 
     def deliver(done: simpy.Event) -> None:
-        for event, piece in zip(events, done.value.split(dim, count), strict=True):
-            event.succeed(piece)
+        for piece, part in zip(pieces, done.value.split(dim, count), strict=True):
+            piece.succeed(part)
 
-    value.callbacks.append(deliver)  # type: ignore[union-attr]
-    return events
+    value.callbacks.append(deliver)
+    return list(pieces)
 
 
 def _gather_ring(

@@ -45,10 +45,10 @@ class Summa(GemmAlgorithm):
     name = "summa"
     summary = "SUMMA: lcm(R, C) panel broadcasts (and, LS/RS, panel reduces) pipelined against panel GeMMs"
 
-    def symmetric_safe(self, params: GemmParams, calibrated: bool) -> bool:
-        # rotating roots: on physical rings each rank receives a broadcast at its own time
+    def symmetric_safe(self, params: GemmParams, rank_independent: bool) -> bool:
+        # rotating roots: where the root matters, each rank receives a broadcast at its own time
         del params
-        return calibrated
+        return rank_independent
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)

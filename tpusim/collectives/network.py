@@ -1,0 +1,121 @@
+"""The network of one run as an object: how a group collective moves, and what it costs in closed form.
+
+Two implementations exist, one per kind of hardware profile: ``PhysicalNetwork`` (directed ICI links,
+per-link plans, the physical closed forms) and ``CalibratedNetwork`` (the MeshSlice authors' abstract ring per
+logical axis with its fitted per-op, per-axis costs). Everything above this layer talks to the interface:
+placing a logical mesh (``place_mesh``), starting a group collective, its uncontended twin, what makes groups
+differ (for the symmetric fidelity), and what the links carried. ``network_for`` and ``place_mesh`` pick the
+implementation from the profile; nothing else asks which kind a profile is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import simpy
+
+from tpusim.collectives.call import CollectiveCall
+from tpusim.config import HardwareProfile
+from tpusim.engine.context import Context
+from tpusim.engine.links import LinkOverride
+from tpusim.engine.trace import Tracer
+from tpusim.topology import MeshMapping
+
+if TYPE_CHECKING:
+    from tpusim.collectives.calibrated import CalibratedNetwork
+    from tpusim.collectives.physical import PhysicalNetwork
+
+__all__ = ["LinkTotals", "Network", "RankDone", "network_for", "place_mesh"]
+
+RankDone = Callable[[int, float], None]
+"""Called once per rank of a group collective with the simulated time its data is complete."""
+
+
+@dataclass(frozen=True)
+class LinkTotals:
+    """What the directed links carried during a run (field meanings: docs/results.md#result-fields)."""
+
+    bytes_sent: float
+    max_link_bytes: float
+    max_link_utilisation: float
+    transfers: int
+
+
+class Network(ABC):
+    """The interconnect of one simulated cluster."""
+
+    rank_independent: ClassVar[bool]
+    """Whether a collective takes the same time whatever the root and every member finishes together, so a
+    chip's position never changes its schedule's timing (schedules with rotating roots or per-rank skews
+    then need only representative chips)."""
+
+    fixed_durations: ClassVar[bool]
+    """Whether a collective's duration is known when it is issued (then a lone representative needs no
+    rendezvous: ``reserve`` times it directly)."""
+
+    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
+                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
+        self.hardware = hardware
+        self.mapping = mapping
+        self.context = context if context is not None else Context()
+        self.link_overrides = dict(link_overrides or {})
+
+    @classmethod
+    @abstractmethod
+    def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
+              axis_map: str | None = None) -> MeshMapping:
+        """The logical ``rows x cols`` mesh placed on this kind of network."""
+
+    @abstractmethod
+    def twin(self, call: CollectiveCall) -> float | None:
+        """Uncontended time of ``call`` on one group of its axis, or None where no closed form is claimed."""
+
+    @abstractmethod
+    def asymmetry(self, *, overrides: bool) -> str | None:
+        """Why chips or groups of this network may behave differently, or None when they cannot."""
+
+    @abstractmethod
+    def start(self, env: simpy.Environment, call: CollectiveCall, group: int, ranks: Sequence[int],
+              done: RankDone) -> None:
+        """Run ``call`` on ``group`` of its axis from now; report the completion of at least the ``ranks``
+        that have members running through ``done``."""
+
+    def reserve(self, call: CollectiveCall, group: int, now: float) -> float:
+        """Where ``fixed_durations``: hold the group's resources for the call from ``now``; return its end."""
+        raise NotImplementedError(f"{type(self).__name__} has no fixed collective durations")
+
+    def trace_links(self, tracer: Tracer) -> None:
+        """Record every link transfer into ``tracer`` (a network without links records nothing)."""
+        del tracer
+
+    def totals(self, elapsed: float) -> LinkTotals | None:
+        """What the links carried so far, or None on a network without links."""
+        del elapsed
+        return None
+
+
+def _kind(hardware: HardwareProfile) -> type[PhysicalNetwork] | type[CalibratedNetwork]:
+    from tpusim.collectives.calibrated import CalibratedNetwork
+    from tpusim.collectives.physical import PhysicalNetwork
+    from tpusim.config import CalibratedProfile, PhysicalProfile
+
+    if isinstance(hardware, CalibratedProfile):
+        return CalibratedNetwork
+    if isinstance(hardware, PhysicalProfile):
+        return PhysicalNetwork
+    raise TypeError(f"hardware profile {hardware.name!r} is neither physical nor calibrated")
+
+
+def network_for(hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
+                link_overrides: Mapping[int, LinkOverride] | None = None) -> Network:
+    """The network ``hardware`` describes, over ``mapping``."""
+    return _kind(hardware)(hardware, mapping, context=context, link_overrides=link_overrides)
+
+
+def place_mesh(hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
+               axis_map: str | None = None) -> MeshMapping:
+    """The logical ``rows x cols`` mesh placed on the network ``hardware`` describes."""
+    return _kind(hardware).place(hardware, rows, cols, topology=topology, axis_map=axis_map)

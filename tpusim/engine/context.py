@@ -1,0 +1,41 @@
+"""The context of a session: the caches its simulations share, held explicitly instead of in module state.
+
+A ``Context`` is made where work enters tpusim (a command, an API call, an experiment point) and passed down
+to every simulation. It holds the timing cache (results keyed by everything that determines them; in memory,
+and on disk where a folder is named) and a memo that the network layer uses for per-link collective plans,
+which depend only on the call and the group's embedding and are reused across the simulations of one
+mapping. Two contexts share nothing; a fresh one is empty.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tpusim.engine.cache import TimingCache
+
+__all__ = ["CACHE_ENV", "Context"]
+
+CACHE_ENV = "TPUSIM_CACHE_DIR"
+"""Environment variable naming a disk cache folder when no folder is given explicitly."""
+
+
+@dataclass
+class Context:
+    """Caches one session's simulations share."""
+
+    timings: TimingCache = field(default_factory=TimingCache)
+    memo: dict[Any, Any] = field(default_factory=dict)
+    """Network-layer memo (collective plans by call and group embedding); entries keep their keys alive."""
+
+    @classmethod
+    def with_cache(cls, folder: Path | str | None = None) -> Context:
+        """A context whose timing cache also persists in ``folder`` (default: ``$TPUSIM_CACHE_DIR`` if set)."""
+        chosen = folder if folder is not None else os.environ.get(CACHE_ENV) or None
+        return cls(TimingCache(Path(chosen) if chosen is not None else None))
+
+    @property
+    def cache_folder(self) -> Path | None:
+        return self.timings.folder
