@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "tpusim"
 ORDER = ["units", "errors", "config", "hardware", "topology", "engine", "collectives", "gemm", "model",
-         "tuning", "experiments", "api", "cli"]
+         "tuning", "experiments", "api", "cli", "__main__"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["errors"] = -1  # the exception hierarchy is importable from everywhere
 RANK["units"] = -1

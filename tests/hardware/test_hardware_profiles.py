@@ -8,10 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from tpusim.config import CalibratedProfile, HardwareProfile, PhysicalProfile
+from tpusim.config.catalog import data_root
 from tpusim.errors import ConfigError, UnknownNameError, UserError
-from tpusim.hardware import config_root, hardware_names, list_hardware, load_hardware, scaled_profile
+from tpusim.hardware import hardware_names, list_hardware, load_hardware, scaled_profile
 
-REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PACKAGED = Path(__file__).resolve().parents[2] / "tpusim" / "data"
 F_EMULATOR = 242 * 1024**4
 
 # A complete physical profile; tests write variants of it to temporary files.
@@ -50,9 +51,21 @@ def _config_error(target: str | Path) -> ConfigError:
 # ---- the shipped profiles
 
 
-def test_config_root_defaults_to_repo_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_named_files_come_from_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TPUSIM_CONFIG_DIR", raising=False)
-    assert config_root() == REPO_CONFIGS
+    assert data_root().resolve() == PACKAGED.resolve()
+
+
+@pytest.mark.parametrize("make", [lambda root: None, lambda root: (root / "hardware").mkdir()],
+                         ids=["missing", "empty"])
+def test_a_missing_or_empty_profile_folder_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             make) -> None:  # type: ignore[no-untyped-def]
+    make(tmp_path)
+    monkeypatch.setenv("TPUSIM_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        hardware_names()
+    assert str(tmp_path / "hardware") in info.value.message
+    assert f"TPUSIM_CONFIG_DIR={str(tmp_path)!r}" in info.value.message
 
 
 def test_registered_names() -> None:
@@ -60,7 +73,7 @@ def test_registered_names() -> None:
 
 
 def test_every_yaml_in_configs_hardware_loads() -> None:
-    files = sorted((REPO_CONFIGS / "hardware").glob("*.yaml"))
+    files = sorted((PACKAGED / "hardware").glob("*.yaml"))
     assert files
     for path in files:
         by_path = load_hardware(str(path))
@@ -137,9 +150,9 @@ def test_meshslice_profiles_inherit_from_tpuv4(name: str) -> None:
     assert p.description != base.description
 
 
-def test_profiles_are_cached_and_frozen() -> None:
+def test_profiles_load_equal_and_frozen() -> None:
     p = load_hardware("tpuv4")
-    assert load_hardware("tpuv4") is p
+    assert load_hardware("tpuv4") == p  # loaded afresh each time: no module-level cache
     with pytest.raises(ValidationError):
         p.name = "other"  # type: ignore[misc]
 
@@ -290,7 +303,7 @@ def test_config_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     _write(folder, "mine", PHYSICAL.format(name="mine", bandwidth="10e9"))
     _write(folder, "kid", "base: mine\nname: kid\ndescription: d\nici: {hop_latency: 2e-6}\n")
     monkeypatch.setenv("TPUSIM_CONFIG_DIR", str(tmp_path))
-    assert config_root() == tmp_path
+    assert data_root() == tmp_path
     assert hardware_names() == ["kid", "mine"]
     kid = load_hardware("kid")
     assert (kid.ici.link_bandwidth, kid.ici.hop_latency) == (10e9, 2e-6)
@@ -304,7 +317,7 @@ def test_registered_file_name_must_match_name(tmp_path: Path, monkeypatch: pytes
     path = _write(folder, "alpha", PHYSICAL.format(name="beta", bandwidth="10e9"))
     monkeypatch.setenv("TPUSIM_CONFIG_DIR", str(tmp_path))
     assert _config_error("alpha").message == (
-        f"{path}: name: 'beta' must match the file name 'alpha' of a registered profile"
+        f"{path.relative_to(tmp_path)}: name: 'beta' must match the file name 'alpha' of a named profile"
     )
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from tpusim import api
 from tpusim.cli.main import main
+from tpusim.config.catalog import data_root
 from tpusim.errors import (
     ConfigError,
     InfeasibleError,
@@ -28,7 +29,7 @@ from tpusim.errors import (
 )
 from tpusim.experiments.calls import tune
 from tpusim.experiments.spec import load_experiment
-from tpusim.hardware import config_root, load_hardware
+from tpusim.hardware import load_hardware
 
 TINY_POINT = """\
 point:
@@ -64,7 +65,7 @@ HEADS_HINT = "use --allow-infeasible to time it anyway (heads padded, marked fea
 
 
 def _hardware_with(old: str, new: str) -> str:
-    text = (config_root() / "hardware" / "tpuv4.yaml").read_text()
+    text = (data_root() / "hardware" / "tpuv4.yaml").read_text()
     assert old in text
     return text.replace(old, new).replace("name: tpuv4", "name: bad")
 

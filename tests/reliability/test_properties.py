@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from tpusim import api
 from tpusim.cli.main import main
 from tpusim.config import HardwareProfile
+from tpusim.config.catalog import data_root
 from tpusim.errors import TpusimError
 from tpusim.experiments.spec import expand, load_experiment
-from tpusim.hardware import config_root, load_hardware
+from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 
 MESHES = [(2, 2), (2, 4), (4, 2), (4, 4)]
@@ -136,10 +137,9 @@ def test_auto_fidelity_equals_full(case: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------------- mutated YAML
 
-ROOT = config_root().parent
-EXPERIMENTS = sorted(ROOT.glob("experiments/*/experiment.yaml"))
-HARDWARE_FILES = sorted((ROOT / "configs" / "hardware").glob("*.yaml"))
-MODEL_FILES = sorted((ROOT / "configs" / "models").glob("*.yaml"))
+EXPERIMENTS = sorted((data_root() / "experiments").glob("*/experiment.yaml"))
+HARDWARE_FILES = sorted((data_root() / "hardware").glob("*.yaml"))
+MODEL_FILES = sorted((data_root() / "models").glob("*.yaml"))
 SOURCES = [(path, "experiment") for path in EXPERIMENTS] + [(path, "hardware") for path in HARDWARE_FILES] + [
     (path, "model") for path in MODEL_FILES]
 

@@ -1,10 +1,12 @@
-"""``tpusim list {hardware,collectives}``: what can be named on the command line."""
+"""``tpusim list {hardware,models,algorithms,collectives,experiments}``: what can be named on the command line."""
 
 from __future__ import annotations
 
 import argparse
 
 from tpusim.cli.common import emit_json
+from tpusim.config.catalog import EXPERIMENTS
+from tpusim.experiments.spec import load_experiment
 from tpusim.gemm.algorithm import algorithms
 from tpusim.hardware import list_hardware
 from tpusim.model.registry import list_models
@@ -13,7 +15,7 @@ from tpusim.vocabulary import CollectiveOp
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
-    parser.add_argument("what", choices=["hardware", "models", "algorithms", "collectives"])
+    parser.add_argument("what", choices=["hardware", "models", "algorithms", "collectives", "experiments"])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(handler=run)
 
@@ -25,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         rows = [(m.name, "model", m.description) for m in list_models()]
     elif args.what == "algorithms":
         rows = [(a.name, "algorithm", a.summary) for a in algorithms().values()]
+    elif args.what == "experiments":
+        rows = [(name, "experiment", load_experiment(name).description) for name in EXPERIMENTS.names()]
     else:
         rows = [(op.value, "collective", "") for op in CollectiveOp]
     if args.json:

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from tpusim import __version__
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError
 from tpusim.engine.context import Context
@@ -30,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tpusim", description="Discrete-event simulator of TPUv4 torus clusters.")
+    parser.add_argument("--version", action="version", version=f"tpusim {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     parser.add_argument("--cache", type=Path, metavar="DIR",
                         help="keep a disk timing cache in DIR (default: memory only; or set TPUSIM_CACHE_DIR)")

@@ -14,7 +14,7 @@ from tpusim.experiments.run import run_experiment
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run every point of an experiment file")
-    p.add_argument("experiment", type=Path, help="experiments/<family>/experiment.yaml or any such file")
+    p.add_argument("experiment", help="a packaged experiment name (see 'tpusim list experiments') or a YAML file")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
     p.add_argument("--executor", choices=["local", "dask"], default="local")

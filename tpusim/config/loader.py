@@ -116,9 +116,10 @@ def display_path(path: Path | str) -> str:
         return str(path)
 
 
-def load_yaml(path: Path | str, what: str = "YAML") -> Any:
-    """The parsed content of a YAML file; ``what`` names the kind of file in the error (e.g. "experiment")."""
-    shown = display_path(path)
+def load_yaml(path: Path | str, what: str = "YAML", shown: str | None = None) -> Any:
+    """The parsed content of a YAML file; ``what`` names the kind of file in the error (e.g. "experiment") and
+    ``shown`` how to name the file (default: its path relative to the working folder)."""
+    shown = shown if shown is not None else display_path(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

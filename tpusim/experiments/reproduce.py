@@ -1,8 +1,8 @@
 """``tpusim reproduce``: run a paper-reproduction family and write its table and figure.
 
-Family ``X`` reads ``experiments/X/experiment.yaml``, runs it into ``DIR/X/`` (results.csv, results.json,
-run_meta.json) and writes ``DIR/X/X.csv`` and ``DIR/X/X.png``. ``--hardware`` replaces every point's
-profile. ``quick`` keeps every family and every point and relies on symmetric fidelity, layer
+Family ``X`` runs the packaged experiment ``X`` (``tpusim/data/experiments/X/experiment.yaml``) into
+``DIR/X/`` (results.csv, results.json, run_meta.json) and writes ``DIR/X/X.csv`` and ``DIR/X/X.png``.
+``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on symmetric fidelity, layer
 extrapolation, caching and analytic pruning; without it, tune points search exhaustively.
 """
 
@@ -17,7 +17,7 @@ from tpusim.experiments.families import family_names, get_family
 from tpusim.experiments.results import check_output_dir, render_csv, write_atomic
 from tpusim.experiments.run import run_experiment
 from tpusim.experiments.spec import load_experiment
-from tpusim.hardware import config_root, load_hardware
+from tpusim.hardware import load_hardware
 
 
 @dataclass
@@ -26,10 +26,6 @@ class FamilyOutput:
     csv: Path
     png: Path
     rows: list[dict[str, Any]]
-
-
-def experiments_root() -> Path:
-    return config_root().parent / "experiments"
 
 
 def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str | None = None,
@@ -43,7 +39,7 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
     outputs = []
     for family_name in names:
         family = get_family(family_name)
-        experiment = load_experiment(experiments_root() / family_name / "experiment.yaml")
+        experiment = load_experiment(family_name)
         point = experiment.point
         updates: dict[str, Any] = {}
         if hardware is not None:

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.config import Experiment, Point
-from tpusim.config.loader import display_path, load_yaml, validate
+from tpusim.config.catalog import EXPERIMENTS
+from tpusim.config.loader import load_yaml, validate
 from tpusim.errors import ConfigError, UserError
 
 
-def load_experiment(path: Path | str) -> Experiment:
-    """An experiment file, strictly validated."""
-    return validate(Experiment, load_yaml(path, "experiment"), display_path(path))
+def load_experiment(name_or_path: Path | str) -> Experiment:
+    """An experiment by packaged name (``"headline"``) or by path to a YAML file, strictly validated."""
+    path = name_or_path if isinstance(name_or_path, Path) else EXPERIMENTS.resolve(name_or_path)
+    shown = EXPERIMENTS.shown(path)
+    return validate(Experiment, load_yaml(path, "experiment", shown), shown)
 
 
 def _set(target: dict[str, Any], dotted: str, value: Any, source: str) -> None:

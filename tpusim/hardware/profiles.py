@@ -1,4 +1,4 @@
-"""The registry of named hardware profiles in ``configs/hardware``, profile inheritance, and scaled variants.
+"""Named hardware profiles (packaged, see ``tpusim.config.catalog``), profile inheritance, and scaled variants.
 
 A profile file may name a ``base:`` profile; the base's mapping is deep-merged under the file's own (its
 ``name`` and ``description`` are not inherited). ``scaled_profile`` derives sensitivity-study variants.
@@ -7,11 +7,10 @@ A profile file may name a ``base:`` profile; the base's mapping is deep-merged u
 from __future__ import annotations
 
 import math
-import os
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tpusim.config.catalog import HARDWARE, looks_like_path
 from tpusim.config.hardware import (
     CalibratedProfile,
     HardwareProfile,
@@ -19,73 +18,41 @@ from tpusim.config.hardware import (
     PhysicalProfile,
     ProfileDocument,
 )
-from tpusim.config.loader import deep_merge, display_path, load_yaml, validate
-from tpusim.errors import ConfigError, closest, unknown_name
+from tpusim.config.loader import deep_merge, load_yaml, validate
+from tpusim.errors import ConfigError, UnknownNameError
 
-__all__ = ["config_root", "hardware_names", "list_hardware", "load_hardware", "scaled_profile"]
+__all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile"]
 
-CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
 _WHAT = "hardware profile"
 _KINDS: dict[object, type[HardwareProfile]] = {"physical": PhysicalProfile, "calibrated": CalibratedProfile}
 # A child names and describes itself; inheriting these would silently mislabel it.
 _NOT_INHERITED = frozenset({"name", "description"})
 
 
-def config_root() -> Path:
-    """The ``configs/`` folder: ``$TPUSIM_CONFIG_DIR`` if set, else the one next to the package."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "configs"
-
-
-def _hardware_dir() -> Path:
-    return config_root() / "hardware"
-
-
 def hardware_names() -> list[str]:
-    """Names of the registered profiles (the YAML file stems in configs/hardware), sorted."""
-    folder = _hardware_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(path.stem for path in folder.glob("*.yaml"))
+    """Names of the packaged profiles (or of those in ``$TPUSIM_CONFIG_DIR/hardware``), sorted."""
+    return HARDWARE.names()
 
 
 def list_hardware() -> list[HardwareProfile]:
-    """Every registered profile, loaded, sorted by name."""
+    """Every named profile, loaded, sorted by name."""
     return sorted((load_hardware(name) for name in hardware_names()), key=lambda profile: profile.name)
 
 
-def _looks_like_path(text: str) -> bool:
-    return text.endswith((".yaml", ".yml")) or "/" in text or os.sep in text
-
-
 def load_hardware(name_or_path: str) -> HardwareProfile:
-    """A profile by registered name (``"tpuv4"``) or by path to a YAML file."""
-    if _looks_like_path(name_or_path):
-        path = Path(name_or_path)
-    else:
-        names = hardware_names()
-        if name_or_path not in names:
-            raise unknown_name(_WHAT, name_or_path, names)
-        path = _hardware_dir() / f"{name_or_path}.yaml"
-    return _load_cached(path.resolve(), display_path(path), _hardware_dir().resolve())
-
-
-@cache
-def _load_cached(path: Path, shown: str, registry: Path) -> HardwareProfile:
-    # The registry folder is part of the key: $TPUSIM_CONFIG_DIR decides what names and bases resolve to.
+    """A profile by name (``"tpuv4"``) or by path to a YAML file."""
+    path = HARDWARE.resolve(name_or_path)
+    shown = HARDWARE.shown(path)
     profile: HardwareProfile = validate(ProfileDocument, _merged_mapping(path, shown, ()), shown)
-    if path.parent == registry and profile.name != path.stem:
-        raise ConfigError(
-            f"{shown}: name: {profile.name!r} must match the file name {path.stem!r} of a registered profile"
-        )
+    if not looks_like_path(name_or_path) and profile.name != name_or_path:
+        raise ConfigError(f"{shown}: name: {profile.name!r} must match the file name {name_or_path!r} of a "
+                          "named profile")
     return profile
 
 
 def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str, Any]:
     """The file's mapping with its base chain merged in; ``chain`` holds the files that inherit from it."""
-    data = load_yaml(path, _WHAT)
+    data = load_yaml(path, _WHAT, shown)
     if not isinstance(data, dict):
         raise ConfigError(f"{shown}: a {_WHAT} must be a mapping of keys, got {type(data).__name__}")
     base = data.get("base")
@@ -98,7 +65,7 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
     if base_path in seen:
         cycle = " -> ".join(p.stem for p in (*seen, base_path))
         raise ConfigError(f"{shown}: base: inheritance cycle {cycle}")
-    base_shown = display_path(base_path)
+    base_shown = HARDWARE.shown(base_path)
     inherited = _merged_mapping(base_path, base_shown, seen)
     # Validating the base on its own makes its mistakes name its own file, not the child's.
     validate(ProfileDocument, inherited, base_shown)
@@ -111,17 +78,13 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
 
 
 def _locate_base(base: str, child: Path, shown: str) -> Path:
-    if _looks_like_path(base):
+    if looks_like_path(base):
         candidate = Path(base)
         return (candidate if candidate.is_absolute() else child.parent / candidate).resolve()
-    names = hardware_names()
-    if base not in names:
-        guess = closest(base, names)
-        raise ConfigError(
-            f"{shown}: base: unknown {_WHAT} {base!r}; valid: {', '.join(names)}",
-            f"did you mean {guess!r}?" if guess else None,
-        )
-    return (_hardware_dir() / f"{base}.yaml").resolve()
+    try:
+        return HARDWARE.path(base).resolve()
+    except UnknownNameError as error:
+        raise ConfigError(f"{shown}: base: {error.message}", error.suggestion) from None
 
 
 def _scaled_op(op: OpCalibration, bandwidth: float, latency: float, overhead: float) -> OpCalibration:

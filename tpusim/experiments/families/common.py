@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +32,79 @@ def step_of(entry: dict[str, Any]) -> dict[str, Any] | None:
     return best_of(entry) or entry.get("result") or None
 
 
-def figure(columns: int, width: float = 6.0, height: float = 4.2) -> tuple[Any, list[Any]]:
-    fig, axes = plt.subplots(1, columns, figsize=(width * columns, height), squeeze=False)
-    return fig, list(axes[0])
+NOTE_FONTSIZE = 8
+ALGORITHM_NOTE = ("Algorithms: collective = all-gather, local GeMM, reduce-scatter (the GSPMD baseline); "
+                  "wang = Wang et al. collective matmul in 2D; summa = SUMMA; cannon = Cannon's algorithm (square "
+                  "meshes only); meshslice = MeshSlice; tp1d = 1D (Megatron-style) tensor parallelism on a P x 1 "
+                  "mesh. Mesh R x C = rows x columns of chips.")
 
 
-def save(fig: Any, path: Path, title: str) -> None:
+def figure(columns: int, width: float = 6.0, height: float = 4.2, rows: int = 1) -> tuple[Any, list[Any]]:
+    """A figure of rows x columns panels, each width x height inches; the axes in reading order."""
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    return fig, list(axes.flat)
+
+
+def _wrapped(fig: Any, renderer: Any, text: str, fontsize: float) -> Any:
+    """Add ``text`` at the bottom left of ``fig``, wrapped (paragraph by paragraph) to the figure's width."""
+    limit = 0.98 * fig.bbox.width
+    chars = max(40, int(limit / (0.48 * fontsize * fig.dpi / 72)))
+    while True:
+        lines = [textwrap.fill(paragraph, chars) for paragraph in text.split("\n")]
+        artist = fig.text(0.01, 0.0, "\n".join(lines), ha="left", va="bottom", fontsize=fontsize)
+        if artist.get_window_extent(renderer).width <= limit or chars <= 40:
+            return artist
+        artist.remove()
+        chars = int(chars * 0.97)
+
+
+def save(fig: Any, path: Path, title: str, *, note: str | None = None,
+         legend: tuple[list[Any], list[str]] | None = None, legend_columns: int | None = None) -> None:
+    """Title, lay out and write the figure: below the panels an optional shared legend, then an optional note
+    (one paragraph per line of ``note``) explaining the labels; neither overlaps the panels."""
     fig.suptitle(title)
-    fig.tight_layout()
+    renderer = fig.canvas.get_renderer()
+    gap = 4 / 72 * fig.dpi / fig.bbox.height  # 4 pt, as a fraction of the figure height
+    bottom = gap
+    if note:
+        text = _wrapped(fig, renderer, note, NOTE_FONTSIZE)
+        text.set_y(bottom)
+        bottom += text.get_window_extent(renderer).height / fig.bbox.height + gap
+    if legend and legend[0]:
+        handles, labels = legend
+        columns = legend_columns or len(labels)
+        while True:  # as many columns as fit the figure's width
+            box = fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, bottom), ncols=columns,
+                             fontsize=NOTE_FONTSIZE + 1, frameon=True)
+            if columns == 1 or box.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+                break
+            box.remove()
+            columns -= 1
+        bottom += box.get_window_extent(renderer).height / fig.bbox.height + gap
+    fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def shared_legend(axes: list[Any]) -> tuple[list[Any], list[str]]:
+    """The legend entries of all panels, each label once, in order of first appearance."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels and not label.startswith("_"):
+                handles.append(handle)
+                labels.append(label)
+    return handles, labels
+
+
+def plain_number(value: float, _position: Any = None) -> str:
+    """A tick label in plain digits (60, 4, 0.5), never 6x10^1."""
+    if value <= 0:
+        return ""
+    if value >= 1:
+        return f"{value:,.0f}" if abs(value - round(value)) < 1e-9 * value else f"{value:,.1f}"
+    return f"{value:.3g}"
 
 
 def by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -50,14 +114,26 @@ def by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {m: r for m, r in grouped.items() if r}
 
 
-def clip_tall_bars(ax: Any, bars: Any, totals: list[float], names: list[str]) -> None:
-    """Keep the axis readable when one bar (1D TP) dwarfs the rest: cap the y axis, label the clipped bars."""
+def clip_tall_bars(ax: Any, bars: Any, totals: list[float], names: list[str],
+                   extra: list[str] | None = None) -> list[int]:
+    """Keep the axis readable when one bar (1D TP) dwarfs the rest: cap the y axis, write each clipped bar's full
+    value inside it, marked "(clipped)", after the bar's line of ``extra`` if given. Returns the clipped indices."""
     others = [t for t, n in zip(totals, names, strict=True) if n in TWO_D or n == "meshslice"]
     if not others or max(totals) <= 3 * max(others):
-        return
+        return []
     limit = 1.6 * max(others)
     ax.set_ylim(0, limit)
-    for bar, total in zip(bars, totals, strict=True):
+    clipped = []
+    for index, (bar, total) in enumerate(zip(bars, totals, strict=True)):
         if total > limit:
-            ax.annotate(f"{total:.0f} s\n(clipped)", (bar.get_x() + bar.get_width() / 2, limit * 0.97),
-                        ha="center", va="top", fontsize=7, color="white")
+            clipped.append(index)
+            text = f"{total:.0f} s\n(clipped)"
+            if extra and extra[index]:
+                text = f"{extra[index]}\n{text}"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, limit * 0.97), ha="center", va="top",
+                        fontsize=7, color="white", fontweight="bold")
+    return clipped
+
+
+CLIPPED_NOTE = ("(clipped): that bar is far taller than the others, so it is cut at the top of the axis and its "
+                "full value is printed inside it.")

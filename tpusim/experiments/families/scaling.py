@@ -5,8 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
 from tpusim.experiments.families import Family, register
-from tpusim.experiments.families.common import ALGORITHM_ORDER, COLOURS, by_model, figure, save, step_of
+from tpusim.experiments.families.common import (
+    ALGORITHM_NOTE,
+    ALGORITHM_ORDER,
+    COLOURS,
+    by_model,
+    figure,
+    plain_number,
+    save,
+    shared_legend,
+    step_of,
+)
 
 
 def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -23,26 +36,79 @@ def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _chip_axis(ax: Any, chips: list[int]) -> None:
+    """Log-2 chip axis labelled with the plain chip counts."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(chips))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in chips]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("chips (log scale)")
+
+
 def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label: str, scale: float,
            log_y: bool) -> None:
     grouped = by_model(rows)
-    fig, axes = figure(len(grouped))
+    fig, axes = figure(len(grouped), width=6.5, height=5.0)
+    infeasible = gaps = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
         for algorithm in ALGORITHM_ORDER:
-            points = sorted((r["chips"], r[field] * scale) for r in model_rows
-                            if r["algorithm"] == algorithm and r[field] is not None)
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=algorithm, color=COLOURS[algorithm])
-        ax.set_xscale("log", base=2)
+            mine = [r for r in model_rows if r["algorithm"] == algorithm]
+            gaps = gaps or any(r[field] is None for r in mine)
+            points = sorted((r["chips"], r[field] * scale, r.get("feasible", True)) for r in mine
+                            if r[field] is not None)
+            if not points:
+                continue
+            xs, ys, _ = zip(*points, strict=True)
+            colour = COLOURS[algorithm]
+            ax.plot(xs, ys, marker="o", label=algorithm, color=colour)
+            bad = [(x, y) for x, y, fine in points if not fine]
+            if bad:
+                infeasible = True
+                ax.plot(*zip(*bad, strict=True), linestyle="none", marker="o", markerfacecolor="white",
+                        markeredgecolor=colour, markeredgewidth=1.5)
+        if log_y and field == "step_time_s":
+            feasible = [r for r in model_rows if r[field] is not None]
+            if feasible:
+                smallest = min(r["chips"] for r in feasible)
+                start = min(r[field] for r in feasible if r["chips"] == smallest) * scale
+                chips = sorted({r["chips"] for r in feasible})
+                ax.plot(chips, [start * smallest / c for c in chips], color="grey", linestyle=":", linewidth=1.5,
+                        label="ideal: time halves per doubling of chips", zorder=0)
+        _chip_axis(ax, sorted({r["chips"] for r in model_rows}))
         if log_y:
             ax.set_yscale("log")
-        ax.set_xlabel("chips")
-        ax.set_ylabel(label)
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(plain_number))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.set_ylabel(f"{label}, log scale")
+        else:
+            ax.set_ylim(0, 100 if scale == 100.0 else None)
+            ax.set_ylabel(label)
         ax.set_title(model)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    save(fig, path, title)
+        ax.grid(True, which="major", alpha=0.3)
+    handles, labels = shared_legend(axes)
+    if infeasible:
+        handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="white",
+                              markeredgecolor="black", markeredgewidth=1.5))
+        labels.append("infeasible, timed anyway")
+    batches = {r["batch"] for r in rows}
+    batch = ("batch = chips (one sequence per chip)" if all(r["batch"] == r["chips"] for r in rows)
+             else f"global batch {', '.join(str(b) for b in sorted(batches))} sequences at every chip count")
+    notes = [f"Each algorithm at its own tuned mesh, slices and dataflows; {batch}."]
+    if log_y and field == "step_time_s":
+        notes.append("Dotted grey: ideal strong scaling from the fastest time at the smallest chip count.")
+    if field == "mfu":
+        notes.append("MFU = model FLOPs utilisation: the model's useful FLOP/s as a percentage of the peak FLOP/s "
+                     "of all chips.")
+    if infeasible:
+        notes.append("Hollow marker: the best configuration breaks a sharding constraint (e.g. the chip count "
+                     "does not divide the attention heads, which are then padded); it is timed anyway.")
+    if gaps:
+        notes.append("A missing point has no configuration at all (Cannon needs a square mesh); lines join the "
+                     "points that exist.")
+    save(fig, path, title, note=" ".join(notes) + "\n" + ALGORITHM_NOTE, legend=(handles, labels),
+         legend_columns=min(len(labels), 4 if len(labels) > 7 else len(labels)))
 
 
 register(Family(
@@ -81,20 +147,39 @@ def _accuracy_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    fig, axes = figure(1, width=7.0)
+    fig, axes = figure(1, width=8.0, height=4.8)
     ax = axes[0]
-    for model, model_rows in by_model(rows).items():
+    styles = [{"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.95, "fill": "full"},
+              {"marker": "s", "markersize": 6, "linestyle": "--", "offset": 1.05, "fill": "none"}]
+    gaps = []
+    grouped = by_model(rows)
+    for index, (model, model_rows) in enumerate(grouped.items()):
         points = sorted((r["chips"], r["gap_percent"]) for r in model_rows if r["gap_percent"] is not None)
         if points:
+            style = styles[index % len(styles)]
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=model)
-    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1% target")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("chips")
-    ax.set_ylabel("default tuner slower than exhaustive (%)")
+            gaps.extend(ys)
+            # a slight horizontal offset per model so that equal gaps (often all 0) stay visible for both
+            ax.plot([x * style["offset"] for x in xs], ys, marker=style["marker"], markersize=style["markersize"],
+                    linestyle=style["linestyle"], fillstyle=style["fill"], markeredgewidth=1.5, label=model)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1% target (gap should stay below)")
+    top = max([1.5, *(1.2 * g for g in gaps)])
+    bottom = min([-0.25, *(1.2 * g for g in gaps)])
+    ax.set_ylim(bottom, top)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _chip_axis(ax, sorted({r["chips"] for r in rows}))
+    if gaps and all(g == 0 for g in gaps):
+        ax.annotate(f"{' and '.join(grouped)}: gap 0.000% at every chip count", (0.5, 0.45),
+                    xycoords="axes fraction", ha="center", va="center", fontsize=9,
+                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"})
+    ax.set_ylabel("gap: default tuner slower than\nexhaustive search (%)")
+    ax.set_title("MeshSlice, batch = chips")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    save(fig, path, title)
+    note = ("gap = 100 x (T_default / T_exhaustive - 1): how much slower the configuration of the default (pruned) "
+            "tuner is than the best one exhaustive search finds; 0% means the default tuner found the optimum. "
+            "The two models' markers are shifted slightly left and right of their chip count so that both stay "
+            "visible where they coincide.")
+    save(fig, path, title, note=note, legend=shared_legend(axes))
 
 
 register(Family("tuner-accuracy", "Default tuner against exhaustive search (MeshSlice)", _accuracy_rows,

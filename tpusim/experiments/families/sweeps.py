@@ -6,9 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.patches import Patch
+from matplotlib.ticker import NullLocator
 
 from tpusim.experiments.families import Family, register
-from tpusim.experiments.families.common import PAPER_SPEEDUP, TWO_D, by_model, figure, save, step_of
+from tpusim.experiments.families.common import (
+    PAPER_SPEEDUP,
+    TWO_D,
+    by_model,
+    figure,
+    save,
+    shared_legend,
+    step_of,
+)
 
 
 def _step_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -27,41 +37,65 @@ def _step_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     grouped = by_model(rows)
-    fig, axes = figure(len(grouped))
+    fig, axes = figure(len(grouped), width=6.5, height=4.4)
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
         data = sorted((r["requested_slices"], r["step_time_s"], r["exposed_comm_s"]) for r in model_rows
                       if r["step_time_s"] is not None)
         ks = [d[0] for d in data]
         ax.plot(ks, [d[1] for d in data], marker="o", label="step time")
-        ax.plot(ks, [d[2] for d in data], marker="s", linestyle="--", label="exposed communication")
+        ax.plot(ks, [d[2] for d in data], marker="s", linestyle="--",
+                label="exposed communication (not hidden behind compute)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set_xlabel("slice count K (all four FF layers)")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_ylim(0, 1.1 * max((d[1] for d in data), default=1.0))
+        ax.set_xlabel("slice count K, the same in all four sharded layers (log scale)")
         ax.set_ylabel("time per step (s)")
-        ax.set_title(f"{model}, 32x8")
+        meshes = sorted({r["mesh"] for r in model_rows})
+        ax.set_title(f"{model}, MeshSlice on a {' / '.join(meshes)} mesh")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    save(fig, path, title)
+    note = ("K = the number of slices MeshSlice cuts each sharded GeMM into (qkv, out_proj, ff1 and ff2 all use "
+            "the same K here). More slices hide more communication behind compute, but each partial collective "
+            "pays its fixed cost again. Mesh R x C = rows x columns of chips.")
+    save(fig, path, title, note=note, legend=shared_legend(axes))
 
 
 def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     grouped = by_model(rows)
-    fig, axes = figure(len(grouped))
+    fig, axes = figure(len(grouped), width=6.5, height=4.6)
+    any_infeasible = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
         meshes = [r["mesh"] for r in model_rows]
         times = [r["step_time_s"] or 0.0 for r in model_rows]
-        bars = ax.bar(meshes, times, color="#8172b3")
+        bars = ax.bar(meshes, times, color="#8172b3", edgecolor="#3b3360")
         for bar, row in zip(bars, model_rows, strict=True):
             if not row["feasible"]:
+                any_infeasible = True
                 bar.set_hatch("//")
-                bar.set_alpha(0.6)
-            ax.annotate(f"K={row['slices'][0] if row['slices'] else '?'}", (bar.get_x() + bar.get_width() / 2,
-                        bar.get_height()), ha="center", va="bottom", fontsize=8)
-        ax.set_xlabel("mesh R x C (hatched: infeasible, timed anyway)")
+                bar.set_facecolor("#c7c0e0")
+            used = row["slices"][0] if row["slices"] else None
+            text = f"K={used if used is not None else '?'}"
+            if used is not None and row.get("requested_slices") not in (None, used):
+                text += f"\n({row['requested_slices']} requested)"
+            if row["step_time_s"] is None:
+                text = "failed"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, 1.18 * max(times, default=1.0) or 1.0)
+        ax.set_xlabel("mesh R x C (rows x columns of chips)")
         ax.set_ylabel("step time (s)")
         ax.set_title(f"{model}, 2048 chips")
         ax.grid(True, axis="y", alpha=0.3)
-    save(fig, path, title)
+        ax.set_axisbelow(True)
+    handles = [Patch(facecolor="#8172b3", edgecolor="#3b3360", label="feasible")]
+    if any_infeasible:
+        handles.append(Patch(facecolor="#c7c0e0", edgecolor="#3b3360", hatch="//",
+                             label="infeasible, timed anyway"))
+    note = ("K above each bar: the MeshSlice slice count used in every sharded layer. A hatched bar is infeasible "
+            "and timed anyway, for one or both of two reasons: the requested K is not a feasible slice count on "
+            "that mesh, so the nearest feasible K below is used (the bar then says '8 requested'); or the C chips "
+            "of the feature axis do not divide the attention heads, which are then padded.")
+    save(fig, path, title, note=note, legend=(handles, [h.get_label() for h in handles]))
 
 
 register(Family("slice-sweep", "MeshSlice step time against the slice count K", _step_rows, _slice_plot))
@@ -104,22 +138,62 @@ def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+SCALE_MEANING = {  # what each factor of the sensitivity labels scales, and which way makes communication slower
+    "α": ("overhead", "x2"),
+    "λ": ("latency", "x2"),
+    "β": ("bandwidth", "x0.5"),
+}
+
+
+def _scale_tick(label: str) -> str:
+    """A sensitivity label with, for one changed factor, what it scales and whether communication gets slower."""
+    for symbol, (meaning, slower) in SCALE_MEANING.items():
+        if label.startswith(symbol) and "," not in label:
+            factor = label[len(symbol):]
+            return f"{symbol} {factor}\n({meaning})\n{'slower' if factor == slower else 'faster'} comm"
+    return label
+
+
 def _sensitivity_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     grouped = by_model(rows)
-    fig, axes = figure(len(grouped), width=7.0)
+    fig, axes = figure(len(grouped), width=7.0, height=4.8)
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
-        labels = [r["scale"] for r in model_rows]
+        labels = [_scale_tick(r["scale"]) for r in model_rows]
         values = [100.0 * (r.get("speedup_vs_best") or 0.0) for r in model_rows]
         x = np.arange(len(labels))
-        ax.bar(x, values, color=["#8172b3" if v >= 0 else "#c44e52" for v in values])
-        ax.axhline(100.0 * PAPER_SPEEDUP[model], color="black", linestyle="--", linewidth=1, label="paper claim")
+        bars = ax.bar(x, values, color=["#8172b3" if v >= 0 else "#c44e52" for v in values])
+        claim = PAPER_SPEEDUP.get(model)
+        if claim is not None:
+            ax.axhline(100.0 * claim, color="black", linestyle="--", linewidth=1,
+                       label="the paper's claimed speedup")
         ax.axhline(0.0, color="grey", linewidth=0.8)
-        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("MeshSlice speedup over best other 2D (%)")
+        high = max([*values, 100.0 * (claim or 0.0), 0.0])
+        low = min([*values, 0.0])
+        span = (high - low) or 1.0
+        ax.set_ylim(low - (0.15 * span if low < 0 else 0.0), high + 0.15 * span)
+        for bar, row, value in zip(bars, model_rows, values, strict=True):
+            versus = row.get("best_other")
+            text = f"{value:+.1f}%" + (f"\nvs {versus}" if versus else "")
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, value), xytext=(0, 2 if value >= 0 else -2),
+                        textcoords="offset points", ha="center", va="bottom" if value >= 0 else "top",
+                        fontsize=7)
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xlabel("calibration constant scaled (one at a time)")
+        ax.set_ylabel("MeshSlice speedup over\nthe best other 2D algorithm (%)")
         ax.set_title(f"{model}, 256 chips")
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    save(fig, path, title)
+        ax.set_axisbelow(True)
+    handles, labels = shared_legend(axes)
+    handles += [Patch(color="#8172b3"), Patch(color="#c44e52")]
+    labels += ["MeshSlice faster than the best other 2D algorithm",
+               "another 2D algorithm faster than MeshSlice"]
+    note = ("Each communication constant of the hardware profile is multiplied by the factor shown, one at a time "
+            "(as calibrated = unchanged): α = the launch overhead paid once per collective; λ = the latency paid "
+            "per ring step (per hop); β = the link bandwidth. β multiplies bandwidth, so β x0.5 means slower links "
+            "(and β x2 faster ones), while α x2 and λ x2 make communication slower. "
+            "Bars: MeshSlice speedup over the fastest other 2D algorithm under that calibration (named above the "
+            "bar), T_best_other / T_MeshSlice - 1.")
+    save(fig, path, title, note=note, legend=(handles, labels))
 
 
 register(Family("sensitivity", "Headline speedup under scaled calibration constants", _sensitivity_rows,
