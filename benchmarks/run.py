@@ -29,7 +29,6 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
-from tpusim.experiments import calls
 from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
@@ -185,7 +184,7 @@ def tune_s() -> Measurement:
     """Default tune for GPT-3 at 2048 chips on meshslice-sim (memory ignored), cold cache."""
     context = _cold()
     begin = time.perf_counter()
-    result = calls.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True,
+    result = tp.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True,
                         context=context)
     return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
                                                           "best_step_s": result.best.step_time_s})

@@ -30,7 +30,7 @@ CASES = [
     # (changes, text the message must contain, suggestion line or None)
     ({"topology": "3x5x8", "mesh": "8x15", "axis_map": None}, "'3x5x8'", None),
     ({"mesh": "8x8"}, "'8x8'", None),
-    ({"axis": "2"}, "invalid choice: 2", None),
+    ({"axis": "2"}, "--axis '2' is out of range; valid: 0, 1", None),
     ({"bytes": "0"}, "'0'", None),
     ({"bytes": "-5"}, "'-5'", None),
     ({"bytes": "12XB"}, "'12XB'", None),
@@ -41,9 +41,9 @@ CASES = [
     ({"axis_map": "x,z"}, "'x,z'", None),
     ({"hardware": "meshslice-tpu-fit", "axis_map": None}, "'4x4x16'", None),
     ({"hardware": "meshslice-tpu-fit", "topology": None}, "'x*y,z'", None),
-    ({"op": "all-gathr"}, "'all-gathr'", None),
+    ({"op": "all-gathr"}, "unknown collective operation 'all-gathr'", "did you mean 'all-gather'?"),
     ({"op": "send-recv", "offset": "16"}, "--offset 16", None),
-    ({"op": "broadcast", "root": "-1"}, "--root -1", None),
+    ({"op": "broadcast", "root": "-1"}, "--root '-1' must be an integer >= 0", None),
     ({"mesh": "16by16"}, "'16by16'", None),
 ]
 

@@ -27,7 +27,6 @@ from tpusim.errors import (
     UnknownNameError,
     UserError,
 )
-from tpusim.experiments.calls import tune
 from tpusim.experiments.spec import load_experiment
 from tpusim.hardware import load_hardware
 
@@ -154,7 +153,7 @@ CASES = [
          lambda: api.collective(**C, axis=0, chunks=0), UserError, "chunks 0 must be an integer >= 1"),
     Case("tune-chips-fraction", ["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "2.5"],
          "--chips '2.5' must be an integer >= 1",
-         lambda: tune(model="gpt3-175b", hardware="meshslice-sim", chips=2.5), UserError,  # type: ignore[arg-type]
+         lambda: api.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2.5), UserError,  # type: ignore[arg-type]
          "chips 2.5 must be an integer >= 1"),
     Case("bytes-per-param-negative", [*STEP, "--mesh", "16x16", "--chips", "256", "--bytes-per-param", "-1"],
          "--bytes-per-param '-1' must be a finite number > 0",
@@ -173,7 +172,7 @@ CASES = [
     Case("mesh-pair-fraction", None, "",
          lambda: api.gemm(**{**G, "mesh": (2.5, 2)}, algorithm="summa"), TopologyError,  # type: ignore[arg-type]
          "mesh (2.5, 2) is not a mesh shape"),
-    Case("axis-out-of-range", [*COLLECTIVE, "--axis", "2"], "argument --axis: invalid choice: 2 (choose from 0, 1)",
+    Case("axis-out-of-range", [*COLLECTIVE, "--axis", "2"], "--axis '2' is out of range; valid: 0, 1",
          lambda: api.collective(**C, axis=2), UserError, "axis 2 is out of range; valid: 0, 1"),
     Case("axis-map-unknown-axis", [*COLLECTIVE, "--axis", "0", "--axis-map", "x,q"],
          "--axis-map 'x,q' names unknown axis 'q'; topology 'tpuv4:4x4x4' has axes x, y, z",
@@ -201,9 +200,9 @@ CASES = [
          "dataflows 'os,ls' needs 1 or 4 values (qkv, out_proj, ff1, ff2)",
          lambda: api.step(**S, mesh="16x16", chips=256, dataflows="os,ls"), UserError),
     Case("step-transposes-value", [*STEP, "--mesh", "16x16", "--chips", "256", "--transposes", "2"],
-         "--transposes value '2' must be 0 or 1",
+         "--transposes '2' must be 0 or 1",
          lambda: api.step(**S, mesh="16x16", chips=256, transposes=["2"]), UserError,
-         "transposes value '2' must be 0 or 1"),
+         "transposes: value '2' must be 0 or 1"),
     # ---- names
     Case("unknown-algorithm", [*GEMM, "--algorithm", "meshslyce"],
          "unknown algorithm 'meshslyce'; valid: cannon, collective, fsdp, meshslice, summa, tp1d, wang",
@@ -220,7 +219,7 @@ CASES = [
          "dtype: unknown dtype 'fp8'; valid: int8, bf16, fp16, fp32, fp64",
          lambda: api.gemm(**G, algorithm="summa", dtype="fp8"), UserError),
     Case("unknown-ring", [*COLLECTIVE, "--axis", "0", "--ring", "tri"],
-         "argument --ring: invalid choice: 'tri' (choose from 'bi', 'uni')",
+         "unknown ring variant 'tri'; valid: bi, uni",
          lambda: api.collective(**C, axis=0, ring="tri"), UnknownNameError,
          "unknown ring variant 'tri'; valid: bi, uni"),
     Case("unknown-scale-key", None, "",

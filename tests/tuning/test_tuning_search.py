@@ -10,7 +10,7 @@ from tpusim.errors import InfeasibleError
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepSpec, simulate_step
-from tpusim.tuning import CostCache, TuneRequest, TuneResult, tune
+from tpusim.tuning import CostCache, TuneResult, TuneSpec, tune
 from tpusim.tuning.layer_costs import non_ff_time, non_ff_twin
 from tpusim.vocabulary import Dataflow, Fidelity, Prefetch
 
@@ -20,10 +20,10 @@ WIDE = TransformerModel(name="wide", description="test model", layers=4, hidden=
                         ffn=8192, sequence=64)
 
 
-def pair(request: TuneRequest) -> tuple[TuneResult, TuneResult]:
+def pair(request: TuneSpec) -> tuple[TuneResult, TuneResult]:
     """The pruned and the exhaustive answer, sharing one cost cache."""
     cache = CostCache()
-    return tune(request, cache), tune(TuneRequest(**{**request.__dict__, "exhaustive": True}), cache)
+    return tune(request, cache), tune(TuneSpec(**{**request.__dict__, "exhaustive": True}), cache)
 
 
 @pytest.mark.parametrize(("model", "hardware", "chips"), [
@@ -32,7 +32,7 @@ def pair(request: TuneRequest) -> tuple[TuneResult, TuneResult]:
 ])
 def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: str, chips: int) -> None:
     # RS never pays for these models (reference §7.1); leaving it out keeps the exhaustive run short
-    request = TuneRequest(load_model(model), load_hardware(hardware), chips, ignore_memory=True, dataflows=(OS, LS))
+    request = TuneSpec(load_model(model), load_hardware(hardware), chips, ignore_memory=True, dataflows=(OS, LS))
     default, exhaustive = pair(request)
     assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01
     assert exhaustive.simulated == exhaustive.evaluated
@@ -41,7 +41,7 @@ def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: st
 
 
 def test_rs_layers_pair_up_with_a_transposed_partner() -> None:
-    request = TuneRequest(WIDE, load_hardware("meshslice-tpu-fit"), 16, ignore_memory=True)
+    request = TuneSpec(WIDE, load_hardware("meshslice-tpu-fit"), 16, ignore_memory=True)
     default, exhaustive = pair(request)
     assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01
     for choice in (default.best, exhaustive.best):
@@ -66,7 +66,7 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
     authors = StepSpec(loaded, "meshslice", 256, slices=slices, dataflows=(OS, LS, OS, LS),
                        transposes=(False,) * 4, prefetch=Prefetch.IDEAL, fidelity=Fidelity.AUTO)
     theirs = simulate_step(authors, hardware, place_mesh(hardware, 32, 8))
-    ours = tune(TuneRequest(loaded, hardware, 256, ignore_memory=True))
+    ours = tune(TuneSpec(loaded, hardware, 256, ignore_memory=True))
     assert ours.best.step_time_s <= theirs.step_time_s
     assert ours.runner_up is not None and ours.runner_up.mesh != ours.best.mesh
     assert ours.best.step_time_s <= ours.runner_up.step_time_s
@@ -74,7 +74,7 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
 
 def test_the_search_estimate_is_the_simulated_step() -> None:
     # on a calibrated profile ops run back to back and twins equal the DES: the sum is the step
-    result = tune(TuneRequest(load_model("gpt3-175b"), load_hardware("meshslice-tpu-fit"), 96, ignore_memory=True))
+    result = tune(TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-tpu-fit"), 96, ignore_memory=True))
     for choice in (result.best, result.runner_up):
         assert choice is not None
         assert choice.estimate_step_s == pytest.approx(choice.step_time_s, rel=1e-9)
@@ -94,7 +94,7 @@ def test_non_ff_twin_equals_its_simulation(hardware: str, mesh: tuple[int, int])
 
 
 def test_nothing_fits_names_the_shortfall() -> None:
-    request = TuneRequest(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 32)
+    request = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 32)
     with pytest.raises(InfeasibleError) as caught:
         tune(request)
     assert "smallest shortfall is" in caught.value.message and "GB per chip" in caught.value.message
@@ -103,6 +103,6 @@ def test_nothing_fits_names_the_shortfall() -> None:
 
 
 def test_memory_that_fits_is_kept() -> None:
-    result = tune(TuneRequest(WIDE, load_hardware("meshslice-sim"), 16, dataflows=(OS, LS)))
+    result = tune(TuneSpec(WIDE, load_hardware("meshslice-sim"), 16, dataflows=(OS, LS)))
     assert result.best.memory_feasible
     assert not any("memory ignored" in note for note in result.notes)

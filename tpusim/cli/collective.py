@@ -4,41 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import count_arg, emit_json, note, size_arg
-from tpusim.cli.step import add_overrides
-from tpusim.experiments import calls
+from tpusim.cli.common import emit_json, note
+from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.config.requests import CollectiveRequest
+from tpusim.experiments.runners import run_collective
 from tpusim.units import format_size, format_time
-from tpusim.vocabulary import CollectiveOp, Ring
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("collective", help="simulate one collective over a logical mesh axis")
-    p.add_argument("--hardware", required=True, help="hardware profile name or YAML path (tpusim list hardware)")
-    p.add_argument("--topology", help="physical network: TPUv4 slice AxBxC, torus:AxB[xC] or mesh:AxB[xC]")
-    p.add_argument("--mesh", required=True, help="logical mesh RxC")
-    p.add_argument("--axis-map", help="logical axes onto physical ones, e.g. 'x*y,z'")
-    p.add_argument("--axis", type=int, choices=[0, 1], required=True,
-                   help="0: the R chips sharing a column; 1: the C chips sharing a row")
-    p.add_argument("--op", required=True, choices=[o.value for o in CollectiveOp])
-    p.add_argument("--bytes", required=True, type=size_arg("--bytes"),
-                   help="whole tensor of one group (gather/scatter/reduce/all-to-all) or message size")
-    p.add_argument("--chunks", type=count_arg("--chunks"), default=1, help="pipelined chunks per message")
-    p.add_argument("--ring", choices=[r.value for r in Ring], default="bi", help="ring variant (default bi)")
-    p.add_argument("--root", type=int, default=0, help="broadcast/reduce root; send-recv source rank")
-    p.add_argument("--offset", type=int, default=1, help="shift distance; send-recv destination rank")
-    p.add_argument("--fidelity", choices=["full"], default="full")
-    add_overrides(p)
+    add_request_arguments(p, CollectiveRequest)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = calls.collective(
-        hardware=args.hardware, mesh=args.mesh, axis=args.axis, op=args.op, bytes=args.bytes,
-        topology=args.topology, axis_map=args.axis_map, chunks=args.chunks, ring=args.ring, root=args.root,
-        offset=args.offset, slow_chips=args.slow_chip, slow_links=args.slow_link,
-        context=args.context,
-    )
+    request = request_from_args(CollectiveRequest, args)
+    assert isinstance(request, CollectiveRequest)
+    result = run_collective(request, args.context)
     if args.json:
         emit_json(result.to_dict())
         return 0

@@ -1,6 +1,6 @@
 """Pydantic models of every YAML file, and the strict loader that reports errors by file and key path."""
 
-from tpusim.config.experiment import Experiment, Overrides, Point, Scale, Sweep
+from tpusim.config.experiment import Experiment, Point, Sweep
 from tpusim.config.hardware import (
     CalibratedProfile,
     Calibration,
@@ -36,11 +36,9 @@ __all__ = [
     "HardwareProfile",
     "IciSpec",
     "OpCalibration",
-    "Overrides",
     "PhysicalProfile",
     "Point",
     "ProfileDocument",
-    "Scale",
     "Seconds",
     "Sweep",
     "TransformerModel",

@@ -27,10 +27,12 @@ __all__ = [
     "BytesPerSecond",
     "FlopsPerSecond",
     "FrozenModel",
+    "Problem",
     "Seconds",
     "deep_merge",
     "display_path",
     "load_yaml",
+    "problem",
     "validate",
 ]
 
@@ -41,6 +43,40 @@ class FrozenModel(BaseModel):
     """Base of every configuration model: unknown keys are errors and a loaded config never changes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------- problems
+
+
+class Problem:
+    """How a custom validation error reads, wherever it is reported (a YAML key path, a CLI flag, an API keyword).
+
+    ``rule`` reads after the label and the value as given (``--chips '0' must be an integer >= 1``);
+    ``labelled`` after the label and a colon (``--bytes: size '0' must be ...``); ``plain`` stands alone
+    (``unknown dataflow 'xs'; valid: ls, os, rs``). ``category`` names the error class it becomes outside YAML
+    files: "unknown_name", "topology", "infeasible" or "user".
+    """
+
+    RULE = "rule"
+    LABELLED = "labelled"
+    PLAIN = "plain"
+
+
+def problem(text: str, *, style: str = Problem.RULE, suggestion: str | None = None,
+            category: str = "user") -> PydanticCustomError:
+    """A validation error carrying one of the ``Problem`` styles (raise it inside a validator)."""
+    return PydanticCustomError("tpusim", "{text}", {"text": text, "style": style, "suggestion": suggestion or "",
+                                                     "category": category})
+
+
+def render_problem(error: Any, label: str, shown: str) -> str:
+    """A ``problem`` error as one line, for a value labelled ``label`` and shown as ``shown``."""
+    ctx = error["ctx"]
+    if ctx["style"] == Problem.RULE:
+        return f"{label} {shown} {ctx['text']}"
+    if ctx["style"] == Problem.LABELLED:
+        return f"{label}: {ctx['text']}"
+    return str(ctx["text"])
 
 
 # ---------------------------------------------------------------------------------------------- quantities
@@ -179,6 +215,13 @@ def validate(model_cls: Any, data: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {message}", suggestion) from None
 
 
+def first_error(exc: ValidationError) -> Any:
+    """The error to report: pydantic's first, except that an unknown key wins (a misspelt key also makes its
+    intended key "missing")."""
+    errors = exc.errors(include_url=False)
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
 def _data_path(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
     """The part of pydantic's error location that is a real key path into ``data``.
 
@@ -280,6 +323,12 @@ def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, s
         guess = closest(str(key), valid)
         return f"unknown key {key!r} at {parent}{listing}", (f"did you mean {guess!r}?" if guess else None)
     where = _render(path)
+    if kind == "tpusim":
+        if error["ctx"]["style"] == Problem.RULE:
+            text = render_problem(error, "", _short(error["input"])).lstrip()
+        else:
+            text = str(error["ctx"]["text"])
+        return (f"{where}: {text}" if where else text), (error["ctx"]["suggestion"] or None)
     if kind == "quantity":
         text = error["msg"]
     elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):

@@ -2,8 +2,9 @@
 
 Family ``X`` runs the packaged experiment ``X`` (``tpusim/data/experiments/X/experiment.yaml``) into
 ``DIR/X/`` (results.csv, results.json, run_meta.json) and writes ``DIR/X/X.csv`` and ``DIR/X/X.png``.
-``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on symmetric fidelity, layer
-extrapolation, caching and analytic pruning; without it, tune points search exhaustively.
+``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on
+symmetric fidelity, layer extrapolation, caching and analytic pruning; without it, tune points search
+exhaustively.
 """
 
 from __future__ import annotations

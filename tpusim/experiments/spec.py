@@ -16,6 +16,7 @@ from typing import Any
 from tpusim.config import Experiment, Point
 from tpusim.config.catalog import EXPERIMENTS
 from tpusim.config.loader import load_yaml, validate
+from tpusim.config.requests import REQUESTS
 from tpusim.errors import ConfigError, UserError
 
 
@@ -51,28 +52,47 @@ def _matches(point: dict[str, Any], pattern: dict[str, Any]) -> bool:
     return True
 
 
+def _kind_fields(kind: str) -> set[str]:
+    """The keys a point of ``kind`` has (by their YAML names)."""
+    for request in REQUESTS:
+        if request.model_fields["kind"].default == kind:
+            return {field.alias or name for name, field in request.model_fields.items()}
+    return set()
+
+
+def _point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """``base`` with the dotted ``overrides`` laid over it. Where they change the kind, the base's keys the new
+    kind does not have are dropped (keys the overrides write themselves must belong to the new kind)."""
+    point = json.loads(json.dumps(base))
+    kind = overrides.get("kind", point.get("kind", "step"))
+    if kind != point.get("kind", "step"):
+        own = _kind_fields(str(kind))
+        point = {key: value for key, value in point.items() if key in own}
+    for key, value in overrides.items():
+        _set(point, key, value, source)
+    return point
+
+
 def expand(experiment: Experiment, source: str = "experiment") -> list[Point]:
     """The sweep's points in order: the grid's product (last key fastest), minus exclude, plus include."""
-    base = experiment.point.model_dump(by_alias=True)
+    # only what the file sets: a grid or include that changes the kind then carries no other kind's defaults
+    base = experiment.point.model_dump(by_alias=True, exclude_unset=True)
+    base["kind"] = experiment.point.kind
     sweep = experiment.sweep
     keys = list(sweep.grid)
-    raw: list[dict[str, Any]] = []
     # with no grid, an include list is the whole sweep (the base point alone is not run as well)
     grid = itertools.product(*(sweep.grid[k] for k in keys)) if keys or not sweep.include else iter(())
+    points: list[Point] = []
+    index = 0
     for values in grid:
-        point = json.loads(json.dumps(base))
-        for key, value in zip(keys, values, strict=True):
-            _set(point, key, value, source)
-        if not any(_matches(point, pattern) for pattern in sweep.exclude):
-            raw.append(point)
+        point = validate(Point, _point(base, dict(zip(keys, values, strict=True)), source),
+                         f"{source} (sweep point {index})")
+        index += 1
+        if not any(_matches(point.model_dump(by_alias=True), pattern) for pattern in sweep.exclude):
+            points.append(point)
     for extra in sweep.include:
-        point = json.loads(json.dumps(base))
-        for key, value in extra.items():
-            _set(point, key, value, source)
-        raw.append(point)
-    points = []
-    for index, data in enumerate(raw):
-        points.append(validate(Point, data, f"{source} (sweep point {index})"))
+        points.append(validate(Point, _point(base, extra, source), f"{source} (sweep point {index})"))
+        index += 1
     if not points:
         raise UserError(f"{source}: the sweep has no points (every grid point is excluded)")
     return points

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from tpusim.config import Calibration, HardwareProfile, OpCalibration
-from tpusim.experiments import calls
+from tpusim.config.requests import CollectiveRequest, GemmRequest
+from tpusim.experiments.runners import run_request
 from tpusim.hardware import load_hardware
 from tpusim.units import MB, MiB, us
 
@@ -49,15 +50,16 @@ def toy_profile() -> HardwareProfile:
 
 def _collective(hardware: str, mesh: str, axis: int, op: str, nbytes: float, topology: str | None = None,
                 **extra: object) -> float:
-    result = calls.collective(hardware=hardware, mesh=mesh, axis=axis, op=op, bytes=int(nbytes),
-                              topology=topology, **extra)  # type: ignore[arg-type]
+    result = run_request(CollectiveRequest, {"hardware": hardware, "mesh": mesh, "axis": axis, "op": op,
+                                             "bytes": int(nbytes), "topology": topology, **extra})
     return result.time_s / us
 
 
 def _gemm(hardware: HardwareProfile | str, mesh: str, algorithm: str, dataflow: str, m: int, n: int, k: int,
           slices: int | None = None, **extra: object) -> tuple[float, float]:
-    result = calls.gemm(hardware=hardware, mesh=mesh, algorithm=algorithm, dataflow=dataflow, m=m, n=n, k=k,
-                        slices=slices, fidelity="auto", **extra)  # type: ignore[arg-type]
+    result = run_request(GemmRequest, {"hardware": hardware, "mesh": mesh, "algorithm": algorithm,
+                                       "dataflow": dataflow, "m": m, "n": n, "k": k, "slices": slices,
+                                       "fidelity": "auto", **extra})
     return result.time_s / us, (result.analytic_time_s or float("nan")) / us
 
 

@@ -7,6 +7,6 @@ DES, cached), ``dp`` finds a mesh's best plans over the layout flags, ``capacity
 
 from tpusim.tuning.layer_costs import CostCache
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
-from tpusim.tuning.search import TuneRequest, tune
+from tpusim.tuning.search import TuneSpec, tune
 
-__all__ = ["Choice", "CostCache", "MeshReport", "TuneRequest", "TuneResult", "tune"]
+__all__ = ["Choice", "CostCache", "MeshReport", "TuneResult", "TuneSpec", "tune"]

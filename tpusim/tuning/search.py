@@ -55,7 +55,7 @@ SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
 
 
 @dataclass(frozen=True)
-class TuneRequest:
+class TuneSpec:
     """What to tune for; ``batch`` defaults to the chip count, ``prefetch`` to the profile's default."""
 
     model: TransformerModel
@@ -202,7 +202,7 @@ def _near(k: int | None, around: int | None) -> bool:
     return around <= 2 * k and k <= 2 * around
 
 
-def tune(request: TuneRequest, cache: CostCache | None = None, context: Context | None = None) -> TuneResult:
+def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None) -> TuneResult:
     """Search the configuration space for ``request``; see the module docstring."""
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
@@ -302,7 +302,7 @@ def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool) -> list[str]:
     return notes
 
 
-def _memory_gate(request: TuneRequest, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
+def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
                  notes: list[str]) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
     """Drop the meshes that overflow HBM (unless memory is ignored); raise when none fits."""
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
@@ -324,7 +324,7 @@ def _memory_gate(request: TuneRequest, batch: int, candidates: list[MeshCandidat
     return fits, rejected + dropped
 
 
-def _no_mesh(request: TuneRequest, batch: int, rejected: Sequence[RejectedMesh]) -> InfeasibleError:
+def _no_mesh(request: TuneSpec, batch: int, rejected: Sequence[RejectedMesh]) -> InfeasibleError:
     reasons = "; ".join(f"{r.mesh}: {r.reason}" for r in rejected[:3])
     more = f" (and {len(rejected) - 3} more)" if len(rejected) > 3 else ""
     return InfeasibleError(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tpusim.experiments import calls
+from tpusim.config.requests import StepRequest
 from tpusim.experiments.families import Family, register
 from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
@@ -23,6 +23,7 @@ from tpusim.experiments.families.common import (
     step_of,
 )
 from tpusim.experiments.families.sweeps import speedups
+from tpusim.experiments.runners import run_request
 
 
 def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -101,10 +102,11 @@ def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         point, best = entry["point"], step_of(entry)
         if best is None:
             continue
-        step = calls.step(model=point["model"], hardware=point["hardware"], mesh=best["mesh"],
-                          algorithm=point["algorithm"], slices=best["slices"] if any(best["slices"]) else None,
-                          dataflows=best["dataflows"], transposes=best["transposes"], batch=point["batch"],
-                          allow_infeasible=point["allow_infeasible"], prefetch=point["prefetch"])
+        step = run_request(StepRequest, {
+            "model": point["model"], "hardware": point["hardware"], "mesh": best["mesh"],
+            "algorithm": point["algorithm"], "slices": best["slices"] if any(best["slices"]) else None,
+            "dataflows": best["dataflows"], "transposes": best["transposes"], "batch": point["batch"],
+            "allow_infeasible": point["allow_infeasible"], "prefetch": point["prefetch"]})
         base = {"model": point["model"], "algorithm": point["algorithm"], "mesh": best["mesh"]}
         rows.append({**base, "part": "step", "time_s": step.step_time_s, "compute_s": step.compute_s,
                      "exposed_comm_s": step.exposed_comm_s, "idle_s": step.idle_s})

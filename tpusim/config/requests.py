@@ -1,0 +1,429 @@
+"""One request model per entry point: a collective, a GeMM, a training step, a tuning run.
+
+Each request is a frozen pydantic model whose fields, types, defaults and descriptions are the single source of
+what the entry point takes: the command line derives its flags from them (``tpusim.cli.derive``), the Python
+API its keyword arguments (``tpusim.api``), an experiment file's ``point`` is one of them (chosen by ``kind``),
+and ``tpusim schema`` prints their JSON Schema. A field added here appears everywhere with one help text.
+
+Values are checked where they enter: counts are integers >= 1 (``"8"`` is fine, ``2.5`` is not), sizes take
+units (``"64MB"``), names of the shared vocabulary are case-insensitive with a "did you mean", meshes are
+``"RxC"`` (or a pair). Whatever names a registered thing (hardware, model, algorithm) is resolved when the
+request runs. ``parse_request`` turns the first problem into one line naming the field as the caller wrote it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from tpusim.config.hardware import HardwareProfile
+from tpusim.config.loader import FrozenModel, Problem, first_error, problem, render_problem
+from tpusim.config.model import TransformerModel
+from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
+from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
+from tpusim.vocabulary import Choice, CollectiveOp, Dataflow, Fidelity, Prefetch, Recompute, Ring
+
+__all__ = [
+    "FF_LAYERS",
+    "REQUESTS",
+    "CollectiveRequest",
+    "GemmRequest",
+    "Request",
+    "Scale",
+    "StepRequest",
+    "TuneRequest",
+    "parse_request",
+]
+
+FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
+"""The four feed-forward layers of a transformer block, in order; per-layer settings follow this order."""
+
+
+# ---------------------------------------------------------------------------------------------- field types
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, float) and value.is_integer() and not isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise problem("must be an integer >= 1")
+    try:
+        return parse_count(value)
+    except UnitError:
+        raise problem("must be an integer >= 1") from None
+
+
+def _index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise problem("must be an integer >= 0")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise problem("must be an integer >= 0") from None
+    if number < 0:
+        raise problem("must be an integer >= 0")
+    return number
+
+
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise problem("must be a finite number > 0")
+    try:
+        number = float(value)
+    except ValueError:
+        raise problem("must be a finite number > 0") from None
+    if not math.isfinite(number) or number <= 0:
+        raise problem("must be a finite number > 0")
+    return number
+
+
+def _non_negative(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise problem("must be a finite number >= 0")
+    try:
+        number = float(value)
+    except ValueError:
+        raise problem("must be a finite number >= 0") from None
+    if not math.isfinite(number) or number < 0:
+        raise problem("must be a finite number >= 0")
+    return number
+
+
+def _size(value: Any) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise problem(f"size {value!r} is not a number of bytes", style=Problem.LABELLED)
+    try:
+        nbytes = parse_size(value)
+    except UnitError as error:
+        raise problem(str(error), style=Problem.LABELLED) from None
+    if nbytes != int(nbytes):
+        raise problem(f"size {value!r} is not a whole number of bytes", style=Problem.LABELLED)
+    return value if isinstance(value, str) else int(nbytes)
+
+
+def _flag(value: Any) -> bool:
+    """True/False, 1/0 or their strings (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if not isinstance(value, float) and text in ("0", "1", "true", "false"):
+        return text in ("1", "true")
+    raise problem("must be 0 or 1 (or true/false)")
+
+
+def _dtype(value: Any) -> str:
+    try:
+        dtype_bytes(str(value))
+    except UnitError as error:
+        raise problem(str(error), style=Problem.LABELLED) from None
+    return str(value)
+
+
+def _choice(kind: type[Choice]) -> Callable[[Any], Choice]:
+    def parse(value: Any) -> Choice:
+        if isinstance(value, kind):
+            return value
+        try:
+            return kind.parse(value)
+        except UnknownNameError as error:
+            raise problem(error.message, style=Problem.PLAIN, suggestion=error.suggestion,
+                          category="unknown_name") from None
+
+    return parse
+
+
+_MESH = re.compile(r"(\d+)(?:x(\d+))?")
+
+
+def _mesh(value: Any) -> str:
+    """"RxC" (or one number N: an N x 1 mesh), or a pair (R, C); kept as "RxC"."""
+    if isinstance(value, tuple | list) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        return f"{value[0]}x{value[1]}"
+    match = _MESH.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
+        raise problem(f"mesh {value!r} is not a mesh shape; valid: 'RxC' with whole numbers >= 1 (e.g. '16x16'), "
+                      "one number N for an N x 1 mesh, or a pair (R, C)", style=Problem.PLAIN, category="topology")
+    return f"{int(match.group(1))}x{int(match.group(2) or 1)}"
+
+
+def _axis(value: Any) -> int:
+    if isinstance(value, bool) or str(value).strip() not in ("0", "1") or isinstance(value, float):
+        raise problem("is out of range; valid: 0, 1")
+    return int(str(value).strip())
+
+
+def _per_layer(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """One value for all four FF layers, or one each: a list, or text such as ``"os,ls,os,ls"``."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or (isinstance(value, str) and len(items) == 1):
+            return parse(value)
+        if len(items) not in (1, len(FF_LAYERS)):
+            raise problem(f"needs 1 or {len(FF_LAYERS)} values ({', '.join(FF_LAYERS)})")
+        parsed = []
+        for item in items:
+            try:
+                parsed.append(parse(item.strip() if isinstance(item, str) else item))
+            except PydanticCustomError as error:
+                if error.context is None or error.context.get("style") != Problem.RULE:
+                    raise
+                raise problem(f"value {item!r} {error.context['text']}", style=Problem.LABELLED) from None
+        return parsed[0] if len(parsed) == 1 and isinstance(value, str) else parsed
+
+    return check
+
+
+def _choices(kind: type[Choice]) -> Callable[[Any], tuple[Choice, ...]]:
+    """A set of names, as a list or comma-separated text; order kept, duplicates dropped."""
+    one = _choice(kind)
+
+    def check(value: Any) -> tuple[Choice, ...]:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not [i for i in items if str(i).strip()]:
+            raise problem(f"names no {kind.noun()}; valid: {', '.join(kind.names())} (comma-separated)")
+        return tuple(dict.fromkeys(one(item) for item in items if str(item).strip()))
+
+    return check
+
+
+Count = Annotated[int, BeforeValidator(_count), Field(json_schema_extra={"type": "integer", "minimum": 1})]
+Index = Annotated[int, BeforeValidator(_index), Field(json_schema_extra={"type": "integer", "minimum": 0})]
+Positive = Annotated[float, BeforeValidator(_positive)]
+NonNegative = Annotated[float, BeforeValidator(_non_negative)]
+Size = Annotated[int | str, BeforeValidator(_size)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
+Dtype = Annotated[str, BeforeValidator(_dtype)]
+Mesh = Annotated[str, BeforeValidator(_mesh)]
+Axis = Annotated[Literal[0, 1], BeforeValidator(_axis)]
+DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
+FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
+PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
+RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
+OpName = Annotated[CollectiveOp, BeforeValidator(_choice(CollectiveOp))]
+RingName = Annotated[Ring, BeforeValidator(_choice(Ring))]
+HardwareRef = str | SkipJsonSchema[HardwareProfile]
+ModelRef = str | SkipJsonSchema[TransformerModel]
+
+
+class Scale(FrozenModel):
+    """Multipliers on the hardware profile's constants, for sensitivity studies (docs/hardware-profiles.md).
+
+    ``beta`` multiplies bandwidth (0.5 halves every link and calibrated bandwidth: slower communication);
+    ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
+    ``flops`` multiplies the peak FLOP/s used for timing.
+    """
+
+    alpha: NonNegative = Field(1.0, description="factor on every per-collective launch overhead (2: slower)")
+    lambda_: NonNegative = Field(1.0, alias="lambda", description="factor on every per-hop or per-step latency "
+                              "(2: slower)")
+    beta: Positive = Field(1.0, description="factor on every link and calibrated bandwidth (0.5: slower)")
+    flops: Positive = Field(1.0, description="factor on the peak FLOP/s used for timing (0.5: slower)")
+
+    model_config = FrozenModel.model_config | {"populate_by_name": True}
+
+    def factors(self) -> dict[str, float]:
+        """The factors that differ from 1, by their YAML names."""
+        return {key: value for key, value in self.model_dump(by_alias=True).items() if value != 1.0}
+
+
+# ---------------------------------------------------------------------------------------------- requests
+
+
+class Request(FrozenModel):
+    """What every request names: the hardware profile it runs on, and how its constants are scaled."""
+
+    kind: str
+    hardware: HardwareRef = Field(description="hardware profile name (see 'tpusim list hardware') or YAML path")
+    scale: Scale = Field(default_factory=Scale, description="multipliers on the profile's constants")
+
+
+class _OnMesh(Request):
+    """A request placed on one logical mesh of the network, with optional what-if slowdowns."""
+
+    mesh: Mesh = Field(description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d, fsdp)")
+    chips: Count | None = Field(None, description="chip count; optional, must equal R x C when given")
+    topology: str | None = Field(None, description="physical network: TPUv4 slice AxBxC, torus:AxB[xC] or "
+                                 "mesh:AxB[xC] (default: the TPUv4 slice for the chip count)")
+    axis_map: str | None = Field(None, description="logical axes onto physical ones, e.g. 'x*y,z'")
+    slow_chips: list[str] = Field(default_factory=list, description="chips that compute FACTOR times slower, "
+                                  "e.g. '3,5:1.5' (repeatable)")
+    slow_links: list[str] = Field(default_factory=list, description="links FACTOR times slower to serialize (and "
+                                  "LAT times the latency): TARGET:FACTOR[:LAT], TARGET a link id, SRC-DST, x/y/z or "
+                                  "axis0/axis1 (repeatable)")
+
+    @model_validator(mode="after")
+    def _chips_match_mesh(self) -> Self:
+        rows, cols = (int(v) for v in self.mesh.split("x"))
+        if self.chips is not None and self.chips != rows * cols:
+            raise problem(f"mesh {self.mesh} has {rows * cols} chips but chips is {self.chips}; valid: a mesh R x C "
+                          f"with R * C = {self.chips}, or chips {rows * cols}", style=Problem.PLAIN)
+        return self
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows, cols = self.mesh.split("x")
+        return int(rows), int(cols)
+
+
+class CollectiveRequest(_OnMesh):
+    """One collective on every group of a logical axis (``tpusim collective``)."""
+
+    kind: Literal["collective"] = "collective"
+    op: OpName = Field(description="the collective: " + ", ".join(CollectiveOp.names()))
+    axis: Axis = Field(description="0: the R chips sharing a column index; 1: the C chips sharing a row index")
+    bytes: Size = Field(description="the whole tensor of one group (all-gather, reduce-scatter, all-reduce, "
+                        "all-to-all) or the message (broadcast, reduce, shift, send-recv), e.g. 64MB or 8MiB")
+    chunks: Count = Field(1, description="pipelined chunks per message")
+    ring: RingName = Field(Ring.BIDIRECTIONAL, description="ring variant: bi (halves both ways) or uni")
+    root: Index = Field(0, description="broadcast/reduce root; send-recv source rank")
+    offset: int = Field(1, description="shift distance; send-recv destination rank")
+
+
+class _Algorithm(_OnMesh):
+    """What a distributed GeMM algorithm is run with."""
+
+    algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
+    variant: str | None = Field(None, description="algorithm variant (cannon: textbook, bidirectional-halves)")
+    prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run: none, "
+                                          "previous-op or ideal (default: the profile's)")
+
+
+class GemmRequest(_Algorithm):
+    """One distributed GeMM (``tpusim gemm``)."""
+
+    kind: Literal["gemm"] = "gemm"
+    dataflow: DataflowName = Field(description="os: Y = X W; ls: Y = X W^T (W is [N,K]); rs: Y = X^T W (X is [K,M])")
+    m: Count = Field(description="output rows M")
+    n: Count = Field(description="output columns N")
+    k: Count = Field(description="contraction dimension K")
+    slices: Count | None = Field(None, description="MeshSlice slice count K")
+    block: Count = Field(8, description="MeshSlice strided-slice run length")
+    transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
+    dtype: Dtype = Field("bf16", description="element type being timed")
+    compat_mean_overlap: Flag = Field(False, description="twin only: the MeshSlice authors' simulation-branch "
+                                      "(a+b)/2 rule (labelled in results)")
+    fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full, "
+                                   "symmetric or analytic")
+    verify: Flag = Field(False, description="run real float64 data and report max_abs_error")
+    seed: Index = Field(0, description="seed of the --verify operands")
+
+
+class StepRequest(_Algorithm):
+    """One training step of a model (``tpusim step``)."""
+
+    kind: Literal["step"] = "step"
+    model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
+    slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_count))] = Field(
+        None, description="MeshSlice K: one for all four FF layers, or K1,K2,K3,K4 (default: the fastest per layer)")
+    dataflows: Annotated[DataflowName | list[DataflowName] | None,
+                         BeforeValidator(_per_layer(_choice(Dataflow)))] = Field(
+        None, description="per FF layer (qkv,out_proj,ff1,ff2), e.g. os,ls,os,ls (default: the heuristic)")
+    transposes: Annotated[Flag | list[Flag] | None, BeforeValidator(_per_layer(_flag))] = Field(
+        None, description="per FF layer 0/1, e.g. 0,0,0,0")
+    batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
+    fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
+                                   "symmetric")
+    recompute: RecomputeName = Field(Recompute.NONE, description="activation recomputation: none, selective, full")
+    bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
+                                      "state")
+    ignore_memory: Flag = Field(False, description="do not note memory over capacity")
+    allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, nearest K "
+                                   "below) and mark it")
+    all_layers: Flag = Field(False, description="simulate every layer instead of extrapolating")
+    embedding: Flag = Field(False, description="include the embedding and LM head")
+    optimizer: Flag = Field(False, description="include the Adam update")
+
+
+class TuneRequest(Request):
+    """A search for the fastest configuration of a training step (``tpusim tune``)."""
+
+    kind: Literal["tune"] = "tune"
+    model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
+    chips: Count = Field(description="chip count P; every mesh R x C = P is considered")
+    algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
+    batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
+    topology: str | None = Field(None, description="physical network (default: the TPUv4 slice for the chip count)")
+    prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
+                                          "profile's)")
+    recompute: RecomputeName = Field(Recompute.NONE, description="activation recomputation: none, selective, full")
+    fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
+                                   "else full), symmetric or full")
+    dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
+        tuple(Dataflow), description="the dataflows each FF layer may use, comma-separated")
+    exhaustive: Flag = Field(False, description="simulate every feasible candidate instead of pruning with the "
+                             "closed forms")
+    refine_meshes: Count = Field(3, description="meshes whose candidates are simulated after analytic ranking")
+    ignore_memory: Flag = Field(False, description="consider configurations that overflow HBM")
+    allow_infeasible: Flag = Field(False, description="also consider meshes that break the head or batch rules "
+                                   "(heads padded)")
+    bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
+                                      "state")
+
+
+REQUESTS: tuple[type[Request], ...] = (CollectiveRequest, GemmRequest, StepRequest, TuneRequest)
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("kind", "step"))
+    return str(getattr(value, "kind", "step"))
+
+
+PointRequest = Annotated[
+    Annotated[CollectiveRequest, Tag("collective")] | Annotated[GemmRequest, Tag("gemm")]
+    | Annotated[StepRequest, Tag("step")] | Annotated[TuneRequest, Tag("tune")],
+    Discriminator(_kind_of, custom_error_type="kind",
+                  custom_error_message="kind must be one of: collective, gemm, step, tune"),
+]
+"""An experiment point: the request of its ``kind`` (default ``step``)."""
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+_CATEGORIES: dict[str, type[UserError]] = {
+    "unknown_name": UnknownNameError,
+    "topology": TopologyError,
+    "infeasible": InfeasibleError,
+}
+
+
+def parse_request(kind: type[Request], data: dict[str, Any], label: Callable[[str], str] = str) -> Request:
+    """``data`` as a request of ``kind``; the first problem becomes one ``UserError`` line.
+
+    ``label`` turns a field name into how the caller wrote it (``--chips`` on the command line, ``chips`` in
+    the API); the value is shown as the caller gave it.
+    """
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        error = first_error(exc)
+    loc = [str(part) for part in error["loc"]]
+    field = loc[0] if loc else ""
+    name = label(f"scale_{loc[1]}" if field == "scale" and len(loc) > 1 else field)
+    if error["type"] == "tpusim":
+        category = _CATEGORIES.get(error["ctx"]["category"], UserError)
+        raise category(render_problem(error, name, repr(error["input"])), error["ctx"]["suggestion"] or None)
+    if error["type"] == "extra_forbidden" and field == "scale":
+        valid = sorted(f.alias or n for n, f in Scale.model_fields.items())
+        guess = closest(loc[-1], valid)
+        raise UnknownNameError(f"unknown scale key {loc[-1]!r}; valid: {', '.join(valid)}",
+                               f"did you mean {guess!r}?" if guess else None)
+    if error["type"] == "extra_forbidden":
+        valid = [label(f) for f in sorted(kind.model_fields) if f != "kind"]
+        guess = closest(name, valid)
+        raise UserError(f"unknown argument {name!r} of a {kind.model_fields['kind'].default} request; valid: "
+                        f"{', '.join(valid)}", f"did you mean {guess!r}?" if guess else None)
+    if error["type"] == "missing":
+        raise UserError(f"{name} is required")
+    message = error["msg"]
+    raise UserError(f"{name} {error['input']!r} is invalid: {message[:1].lower()}{message[1:]}")

@@ -1,0 +1,156 @@
+"""Running a request: names resolved, the mesh placed on the network, overrides applied, the layers below called.
+
+Each entry point's request model (``tpusim.config.requests``) has one runner here; the command line, the Python
+API and every experiment point go through them, so they behave alike wherever a request comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from tpusim.collectives.network import place_mesh
+from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.config.requests import (
+    FF_LAYERS,
+    CollectiveRequest,
+    GemmRequest,
+    Request,
+    Scale,
+    StepRequest,
+    TuneRequest,
+    _OnMesh,
+    parse_request,
+)
+from tpusim.engine.context import Context
+from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
+from tpusim.engine.trace import Tracer
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import get_algorithm
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import GemmResult, simulate_gemm
+from tpusim.hardware import load_hardware, scaled_profile
+from tpusim.model.registry import load_model
+from tpusim.model.step import StepResult, StepSpec, simulate_step
+from tpusim.topology import MeshMapping
+from tpusim.tuning.result import TuneResult
+from tpusim.units import parse_size
+from tpusim.vocabulary import Dataflow, Prefetch
+
+__all__ = ["RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_request", "run_step", "run_tune"]
+
+
+def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None) -> HardwareProfile:
+    """A profile by name, path or as given, with its constants scaled where asked."""
+    profile = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    factors = scale.factors() if scale is not None else {}
+    if factors:
+        profile = scaled_profile(profile, bandwidth=factors.get("beta", 1.0), latency=factors.get("lambda", 1.0),
+                                 overhead=factors.get("alpha", 1.0), flops=factors.get("flops", 1.0))
+    return profile
+
+
+def model_of(model: str | TransformerModel) -> TransformerModel:
+    return load_model(model) if isinstance(model, str) else model
+
+
+def _placed(request: _OnMesh) -> tuple[HardwareProfile, MeshMapping]:
+    profile = hardware_of(request.hardware, request.scale)
+    rows, cols = request.shape
+    return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map)
+
+
+def _prefetch(hardware: HardwareProfile, prefetch: Prefetch | None) -> Prefetch:
+    return prefetch if prefetch is not None else hardware.prefetch
+
+
+def run_collective(request: CollectiveRequest, context: Context | None = None,
+                   tracer: Tracer | None = None) -> CollectiveResult:
+    """One collective on every group of ``request.axis``."""
+    profile, mapping = _placed(request)
+    spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks,
+                          request.root, request.offset)
+    return simulate_collective(spec, profile, mapping, tracer=tracer,
+                               chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
+                               link_overrides=parse_slow_links(request.slow_links, mapping) or None,
+                               context=context)
+
+
+def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Tracer | None = None) -> GemmResult:
+    """One distributed GeMM (optionally verified against the dense product, optionally traced)."""
+    name = get_algorithm(request.algorithm).name
+    profile, mapping = _placed(request)
+    problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
+    params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
+                        request.compat_mean_overlap)
+    result = simulate_gemm(problem, name, params, profile, mapping, verify=request.verify, seed=request.seed,
+                           tracer=tracer, fidelity=request.fidelity, context=context)
+    if request.compat_mean_overlap:
+        result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
+    return result
+
+
+def _per_layer(value: Any) -> tuple[Any, ...] | None:
+    """A request's per-layer setting as one value per FF layer."""
+    if value is None:
+        return None
+    values = list(value) if isinstance(value, list | tuple) else [value]
+    return tuple(values * len(FF_LAYERS) if len(values) == 1 else values)
+
+
+def run_step(request: StepRequest, context: Context | None = None) -> StepResult:
+    """One training step."""
+    transformer = model_of(request.model)
+    profile, mapping = _placed(request)
+    algorithm = get_algorithm(request.algorithm)
+    slices = _per_layer(request.slices)
+    if slices is not None and not algorithm.uses_slices:
+        shown = ",".join(str(k) for k in request.slices) if isinstance(request.slices, list) else request.slices
+        raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; "
+                              "only 'meshslice' takes a slice count")
+    dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
+    spec = StepSpec(transformer, algorithm.name, request.batch or mapping.num_chips, slices, dataflows,
+                    _per_layer(request.transposes), _prefetch(profile, request.prefetch), request.variant,
+                    request.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
+                    extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
+                    optimizer=request.optimizer)
+    if slices is None and algorithm.uses_slices:
+        # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
+        from tpusim.tuning.slices import best_slices
+
+        spec = replace(spec, slices=best_slices(spec, profile, mapping, context))
+    return simulate_step(spec, profile, mapping,
+                         chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
+                         link_overrides=parse_slow_links(request.slow_links, mapping) or None, context=context)
+
+
+def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult:
+    """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step."""
+    from tpusim.tuning.search import TuneSpec, tune
+
+    spec = TuneSpec(
+        model=model_of(request.model), hardware=hardware_of(request.hardware, request.scale), chips=request.chips,
+        algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
+        prefetch=request.prefetch, recompute=request.recompute, fidelity=request.fidelity,
+        exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
+        allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
+        dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,
+    )
+    return tune(spec, context=context)
+
+
+Runner = Callable[[Any, Context | None], Any]
+RUNNERS: dict[type[Request], Runner] = {
+    CollectiveRequest: run_collective,
+    GemmRequest: run_gemm,
+    StepRequest: run_step,
+    TuneRequest: run_tune,
+}
+
+
+def run_request(kind: type[Request], fields: dict[str, Any], context: Context | None = None) -> Any:
+    """Parse ``fields`` as a request of ``kind`` (named as Python keywords in errors) and run it."""
+    return RUNNERS[kind](parse_request(kind, fields), context)
