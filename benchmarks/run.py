@@ -29,9 +29,9 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import analytic_gemm
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import math
 import re
+from types import MappingProxyType
 
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 ns, us, ms = 1e-9, 1e-6, 1e-3
 
-DTYPE_BYTES: dict[str, int] = {"int8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+DTYPE_BYTES: MappingProxyType[str, int] = MappingProxyType({"int8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8})
 
-_SIZE_UNITS = {
+_SIZE_UNITS = MappingProxyType({
     "": 1.0, "b": 1.0, "B": 1.0,
     "kB": KB, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
     "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB,
-}
-_TIME_UNITS = {"s": 1.0, "ms": ms, "us": us, "µs": us, "ns": ns}
-_FLOPS_PREFIX = {"": 1.0, "K": 1e3, "G": 1e9, "T": 1e12, "P": 1e15}
+})
+_TIME_UNITS = MappingProxyType({"s": 1.0, "ms": ms, "us": us, "µs": us, "ns": ns})
+_FLOPS_PREFIX = MappingProxyType({"": 1.0, "K": 1e3, "G": 1e9, "T": 1e12, "P": 1e15})
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 
 

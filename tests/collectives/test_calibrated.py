@@ -1,6 +1,8 @@
-"""Calibrated profiles: the abstract network charges the authors' per-axis closed forms (reference §4.1).
+"""Calibrated profiles: the abstract network charges the authors' per-axis closed forms
+(docs/network.md#the-calibrated-network).
 
-The constants below are copied from the reference table (§5.3), not read from the profiles, so a wrong
+The constants below are copied from the published calibration tables (docs/hardware-profiles.md#calibrated-profiles),
+not read from the profiles, so a wrong
 YAML value or a wrong formula both fail.
 """
 
@@ -91,7 +93,7 @@ def test_table(profile: str, rows: int, cols: int, axis: int, op: CollectiveOp, 
         assert twin == pytest.approx(formula, rel=1e-9)
 
 
-# Reference §4.1 worked numbers, s = 1 MiB: (profile, mesh, axis, op, offset, figure in us)
+# docs/network.md#the-calibrated-network worked numbers, s = 1 MiB: (profile, mesh, axis, op, offset, figure in us)
 WORKED = [
     ("meshslice-tpu-fit", (8, 8), 1, CollectiveOp.ALL_GATHER, 1, 140.04),
     ("meshslice-tpu-fit", (32, 8), 0, CollectiveOp.ALL_GATHER, 1, 1351.24),

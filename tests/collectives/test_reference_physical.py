@@ -1,4 +1,4 @@
-"""Reference §4.2 worked numbers on the physical profile (B = 45e9 B/s, a = 1 us, o = 0).
+"""docs/network.md#physical-closed-forms worked numbers on the physical profile (B = 45e9 B/s, a = 1 us, o = 0).
 
 Each case is checked twice: against the formula to 1e-9 relative, and against the reference's rounded
 figure to the printed number of decimals (in microseconds).

@@ -1,14 +1,15 @@
-"""Cannon (reference §3.3): exact products, DES == closed form, the reference's accounting, feasibility."""
+"""Cannon (docs/algorithms.md#cannon): exact products, DES == closed form, the reference's accounting, feasibility."""
 
 from __future__ import annotations
 
 import pytest
 
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmContext, get_algorithm
+from tpusim.gemm.algorithm import GemmContext
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import Dataflow

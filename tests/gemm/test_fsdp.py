@@ -1,4 +1,4 @@
-"""FSDP baseline (reference §3.7): exact products, DES == twin, the prefetch policy, feasibility."""
+"""FSDP baseline (docs/algorithms.md#fsdp): exact products, DES == twin, the prefetch policy, feasibility."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 
 from tests.gemm.helpers import assert_exact_products
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import Dataflow, Prefetch

@@ -1,4 +1,5 @@
-"""MeshSlice (reference §3.5): exact products, DES == closed form, the §3.8 worked examples, feasibility."""
+"""MeshSlice (docs/algorithms.md#meshslice): exact products, DES == closed form, the
+docs/validation.md#worked-gemm-examples worked examples, feasibility."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import pytest
 
 from tpusim.config import CalibratedProfile, Calibration, HardwareProfile, OpCalibration
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmContext, get_algorithm
+from tpusim.gemm.algorithm import GemmContext
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import Dataflow, Prefetch
@@ -87,7 +89,8 @@ def test_physical_reduce_scatters_pipeline_below_twin(profile_mesh, dataflow: Da
         assert result.time_s >= max(gathers) + r + g + (slices - 1) * max(*gathers, g) - 1e-15
 
 
-# -- 3. reference §3.8 worked examples ---------------------------------------------------------------
+# -- 3. docs/validation.md#worked-gemm-examples worked examples
+# ---------------------------------------------------------------
 def _toy() -> HardwareProfile:
     base = load_hardware("tpuv4")
     op = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.gemm.algorithm import algorithms
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import algorithms
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import Dataflow, Fidelity

@@ -1,4 +1,5 @@
-"""Megatron 1D TP with Wang overlap (reference §3.6): exact products, DES == twin, the reference form, feasibility."""
+"""Megatron 1D TP with Wang overlap (docs/algorithms.md#1d-tensor-parallelism): exact products, DES == twin, the
+reference form, feasibility."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import pytest
 
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping
@@ -67,8 +68,9 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
 
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_reference_form_counts_one_extra_roll(profile_mesh, dataflow: Dataflow) -> None:
-    """§3.6 writes P max(roll, g); P GeMM steps need only P - 1 rolls, so it exceeds the DES by
-    max(roll - g, 0). Its roll (rolled bytes / (2 beta) + lambda + alpha) is exactly one half-block shift."""
+    """The published form (docs/algorithms.md#1d-tensor-parallelism) writes P max(roll, g); P GeMM steps need only
+    P - 1 rolls, so it exceeds the DES by max(roll - g, 0). Its roll (rolled bytes / (2 beta) + lambda + alpha) is
+    exactly one half-block shift."""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
     mapping = profile_mesh(hw, *mesh)[1]

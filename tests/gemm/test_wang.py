@@ -1,4 +1,5 @@
-"""Wang collective matmul in 2D (reference §3.4): exact products, DES == twin, the reference form, feasibility."""
+"""Wang collective matmul in 2D (docs/algorithms.md#wang-collective-matmul): exact products, DES == twin, the
+reference form, feasibility."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import pytest
 from tests.gemm.helpers import assert_exact_products
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping
@@ -57,9 +58,10 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
 
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_reference_form_counts_one_extra_shift(profile_mesh, dataflow: Dataflow) -> None:
-    """§3.4 writes A + C max(sigma, g) + D; the schedule does C GeMM steps but only C - 1 shift steps, so
-    the reference exceeds the DES by max(sigma - g, 0): one exposed shift when shift-bound, nothing when
-    GeMM-bound. (Prefetch ``none``: the reference form exposes the blocking weight gather.)"""
+    """The published form (docs/algorithms.md#wang-collective-matmul) writes A + C max(sigma, g) + D; the schedule
+    does C GeMM steps but only C - 1 shift steps, so the reference exceeds the DES by max(sigma - g, 0): one exposed
+    shift when shift-bound, nothing when GeMM-bound. (Prefetch ``none``: the reference form exposes the blocking
+    weight gather.)"""
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 4)
     mapping = profile_mesh(hw, *mesh)[1]

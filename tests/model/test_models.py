@@ -28,7 +28,7 @@ def test_dimensions(name: str, layers: int, hidden: int, heads: int, head_dim: i
     model = load_model(name)
     assert (model.layers, model.hidden, model.heads, model.head_dim) == (layers, hidden, heads, head_dim)
     assert model.ffn == 4 * hidden and model.sequence == 2048
-    assert model.params_per_layer == per_layer  # 12 h^2 (reference §6.1)
+    assert model.params_per_layer == per_layer  # 12 h^2 (docs/workloads.md#models)
 
 
 def test_unknown_model_suggests_the_closest() -> None:

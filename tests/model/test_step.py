@@ -70,7 +70,7 @@ def test_mfu_counts_model_flops_without_padding(profile_mesh) -> None:
     result = simulate_step(StepSpec(TINY, "collective", 8), hardware, mapping)
     flops = model_flops_per_block(TINY, 8 * 64, 8) * TINY.layers
     assert result.mfu == pytest.approx(flops / (16 * hardware.chip.peak_flops * result.step_time_s), rel=1e-12)
-    # FF part of the model FLOPs is 72 T h^2 per block (reference §6.2)
+    # FF part of the model FLOPs is 72 T h^2 per block (docs/workloads.md#the-transformer-block)
     assert model_flops_per_block(TINY, 512, 8) - 3 * 4 * 8 * 8 * 64 * 64 * 64 == 72 * 512 * 512**2
 
 

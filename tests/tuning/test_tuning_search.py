@@ -31,7 +31,7 @@ def pair(request: TuneSpec) -> tuple[TuneResult, TuneResult]:
     ("megatron-nlg-530b-ms", "meshslice-tpu-fit", 64),
 ])
 def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: str, chips: int) -> None:
-    # RS never pays for these models (reference §7.1); leaving it out keeps the exhaustive run short
+    # RS never pays for these models (docs/workloads.md#the-autotuner); leaving it out keeps the exhaustive run short
     request = TuneSpec(load_model(model), load_hardware(hardware), chips, ignore_memory=True, dataflows=(OS, LS))
     default, exhaustive = pair(request)
     assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01

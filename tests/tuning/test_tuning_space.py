@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.layer import ff_layers
 from tpusim.model.registry import load_model

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import typing
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 from pydantic.fields import FieldInfo
@@ -20,7 +21,7 @@ from tpusim.config.requests import Request, Scale, parse_request
 __all__ = ["add_request_arguments", "flag_of", "request_from_args"]
 
 # repeatable flags read better singular: each occurrence adds one entry
-_FLAGS = {"slow_chips": "--slow-chip", "slow_links": "--slow-link"}
+_FLAGS = MappingProxyType({"slow_chips": "--slow-chip", "slow_links": "--slow-link"})
 
 
 def flag_of(field: str) -> str:

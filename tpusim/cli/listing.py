@@ -7,13 +7,13 @@ import argparse
 from tpusim.cli.common import emit_json
 from tpusim.config.catalog import EXPERIMENTS
 from tpusim.experiments.spec import load_experiment
-from tpusim.gemm.algorithm import algorithms
+from tpusim.gemm.registry import algorithms
 from tpusim.hardware import list_hardware
 from tpusim.model.registry import list_models
 from tpusim.vocabulary import CollectiveOp
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
     parser.add_argument("what", choices=["hardware", "models", "algorithms", "collectives", "experiments"])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")

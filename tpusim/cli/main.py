@@ -1,8 +1,8 @@
 """Entry point: builds the parser from the command modules, dispatches, and turns errors into exit codes.
 
-Conventions (DESIGN §5): with ``--json`` stdout carries exactly one JSON object; notes and progress go to
-stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is valid,
-optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
+Conventions (docs/results.md#command-line-conventions): with ``--json`` stdout carries exactly one JSON object; notes
+and progress go to stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is
+valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
 """
 
 from __future__ import annotations

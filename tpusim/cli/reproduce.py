@@ -14,7 +14,7 @@ from tpusim.experiments.reproduce import headline_table, reproduce
 from tpusim.experiments.validation import run_validation
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("reproduce", help="run a paper-reproduction family and draw its figure")
     p.add_argument("family", choices=[*family_names(), "all"])
     p.add_argument("--out", type=Path, required=True, help="output folder; family X goes to OUT/X/")

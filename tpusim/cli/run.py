@@ -12,7 +12,7 @@ from tpusim.config import Experiment
 from tpusim.experiments.run import run_experiment
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run every point of an experiment file")
     p.add_argument("experiment", help="a packaged experiment name (see 'tpusim list experiments') or a YAML file")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")

@@ -36,7 +36,7 @@ def _print(result: TuneResult) -> None:
     mode = "exhaustive" if result.exhaustive else "pruned"
     print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
           f"prefetch {result.prefetch}, recompute {result.recompute}; {mode} search")
-    rows = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU")]
+    rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
             rows.append(_row(label, choice))

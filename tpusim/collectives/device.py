@@ -42,7 +42,8 @@ class AllValues(simpy.Event):
 
     def _one_done(self, event: simpy.Event) -> None:
         if not event.ok:
-            self.fail(event.value)
+            failure = event.value
+            self.fail(failure if isinstance(failure, Exception) else RuntimeError(repr(failure)))
             return
         self._left -= 1
         if self._left == 0 and not self.triggered:
@@ -114,8 +115,11 @@ class Device:
         done = self.env.event()
 
         def deliver(values: simpy.Event) -> None:
-            resolved = {id(e): v for e, v in zip(pending, values.value[1:], strict=True)}
-            lhs, rhs, base = (resolved.get(id(t), t) for t in (a, b, acc))
+            arrived = values.value
+            assert arrived is not None
+            resolved: dict[int, Tensor] = {id(e): v for e, v in zip(pending, arrived[1:], strict=True)}
+            lhs, rhs, base = (t if isinstance(t, Tensor | None) else resolved[id(t)] for t in (a, b, acc))
+            assert lhs is not None and rhs is not None
             done.succeed(_product(lhs.transpose() if trans_a else lhs, rhs.transpose() if trans_b else rhs, base))
 
         AllValues(self.env, [busy, *pending]).callbacks.append(deliver)
@@ -191,7 +195,7 @@ def _product(a: Tensor, b: Tensor, acc: Tensor | None) -> Tensor:
 
 
 def run_spmd(
-    sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple],
+    sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple[Any, ...]],
     *, only: Sequence[tuple[int, int]] | None = None,
 ) -> dict[tuple[int, int], Any]:
     """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh (or the ``only`` ones)."""

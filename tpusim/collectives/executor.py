@@ -21,6 +21,7 @@ from tpusim.collectives.plans import Plan
 from tpusim.engine.links import LinkArray
 
 RankDone = Callable[[int, float], None]
+Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message indices, hop)
 
 
 def execute_plan(
@@ -35,7 +36,7 @@ def execute_plan(
         return start
     remaining = plan.incoming.copy()
     last = np.full(n, float(start))
-    heap: list[tuple[float, int, np.ndarray, int]] = []
+    heap: list[Filed] = []
     order = itertools.count()
     _file(heap, order, plan.roots, np.full(len(plan.roots), float(start)), 0)
     end = start
@@ -68,7 +69,7 @@ def execute_plan(
     return end
 
 
-def _file(heap: list, order: itertools.count, idx: np.ndarray, times: np.ndarray, hop: int) -> None:
+def _file(heap: list[Filed], order: itertools.count[int], idx: np.ndarray, times: np.ndarray, hop: int) -> None:
     """Queue message indices ``idx`` for ``hop`` at their times, one heap entry per distinct time."""
     first = times[0]
     if np.all(times == first):

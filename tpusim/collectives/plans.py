@@ -8,7 +8,7 @@ without a predecessor are ready when the collective starts. Chunking splits ever
 chunks that depend chunk-wise, so forwarding pipelines across hops and steps.
 
 Ring variants: on a closed ring, bidirectional splits each shard into halves that travel opposite ways
-(reference §4.2 formula 2); unidirectional sends whole shards one way. On a line (no wraparound) data
+(docs/network.md#physical-closed-forms); unidirectional sends whole shards one way. On a line (no wraparound) data
 must travel both ways whole (formula 4); the ring variant does not apply there.
 """
 
@@ -17,20 +17,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
+from tpusim.topology import RingEmbedding
 from tpusim.vocabulary import Ring
-
-
-class Embedding(Protocol):
-    """What a plan needs of a group's ring embedding (see ``tpusim.topology.RingEmbedding``)."""
-
-    members: tuple[int, ...]
-    closed: bool
-    fwd_routes: tuple[tuple[int, ...], ...]
-    bwd_routes: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +50,7 @@ class Plan:
 class PlanBuilder:
     """Accumulates one group's messages as array blocks; routes are ids into a table of link tuples."""
 
-    def __init__(self, emb: Embedding, ring: Ring) -> None:
+    def __init__(self, emb: RingEmbedding, ring: Ring) -> None:
         self.emb = emb
         self.size = len(emb.members)
         self.closed = emb.closed

@@ -49,7 +49,7 @@ class CollectiveSpec:
 
 @dataclass
 class CollectiveResult(ResultMixin):
-    """What one simulated collective produced (see the glossary in DESIGN §5)."""
+    """What one simulated collective produced (see docs/results.md#result-fields)."""
 
     op: str
     axis: int

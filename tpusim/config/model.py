@@ -12,7 +12,7 @@ Count = Annotated[int, Field(ge=1)]
 
 
 class TransformerModel(FrozenModel):
-    """A decoder-only transformer as the step model sees it (reference §6.1)."""
+    """A decoder-only transformer as the step model sees it (docs/workloads.md#models)."""
 
     name: str = Field(min_length=1)
     description: str

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
@@ -223,11 +224,11 @@ class Scale(FrozenModel):
     ``flops`` multiplies the peak FLOP/s used for timing.
     """
 
-    alpha: NonNegative = Field(1.0, description="factor on every per-collective launch overhead (2: slower)")
-    lambda_: NonNegative = Field(1.0, alias="lambda", description="factor on every per-hop or per-step latency "
+    alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
+    lambda_: NonNegative = Field(default=1.0, alias="lambda", description="factor on every per-hop or per-step latency "
                               "(2: slower)")
-    beta: Positive = Field(1.0, description="factor on every link and calibrated bandwidth (0.5: slower)")
-    flops: Positive = Field(1.0, description="factor on the peak FLOP/s used for timing (0.5: slower)")
+    beta: Positive = Field(default=1.0, description="factor on every link and calibrated bandwidth (0.5: slower)")
+    flops: Positive = Field(default=1.0, description="factor on the peak FLOP/s used for timing (0.5: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 
@@ -244,7 +245,7 @@ class Request(FrozenModel):
 
     kind: str
     hardware: HardwareRef = Field(description="hardware profile name (see 'tpusim list hardware') or YAML path")
-    scale: Scale = Field(default_factory=Scale, description="multipliers on the profile's constants")
+    scale: Scale = Field(Scale(), description="multipliers on the profile's constants")
 
 
 class _OnMesh(Request):
@@ -390,11 +391,11 @@ PointRequest = Annotated[
 
 # ---------------------------------------------------------------------------------------------- parsing
 
-_CATEGORIES: dict[str, type[UserError]] = {
+_CATEGORIES: MappingProxyType[str, type[UserError]] = MappingProxyType({
     "unknown_name": UnknownNameError,
     "topology": TopologyError,
     "infeasible": InfeasibleError,
-}
+})
 
 
 def parse_request(kind: type[Request], data: dict[str, Any], label: Callable[[str], str] = str) -> Request:

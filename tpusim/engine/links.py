@@ -64,7 +64,8 @@ class LinkArray:
         self.transfers += len(links)
         if self.on_transfer is not None:
             self.on_transfer(links, start, end)
-        return end + self.latency[links]
+        arrival: np.ndarray = end + self.latency[links]
+        return arrival
 
     def _serialize(self, links: np.ndarray, duration: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(links, kind="stable")

@@ -10,7 +10,8 @@ class ResultMixin:
     """For dataclass results."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        fields: dict[str, Any] = asdict(self)  # type: ignore[call-overload]
+        return fields
 
     def to_frame(self) -> Any:
         """A one-row pandas DataFrame (pandas is imported only here)."""

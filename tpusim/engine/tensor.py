@@ -101,18 +101,16 @@ def concat(tensors: Sequence[Tensor], dim: int) -> Tensor:
     first = tensors[0]
     shape = list(first.shape)
     shape[dim] = sum(t.shape[dim] for t in tensors)
-    data = None
-    if all(t.data is not None for t in tensors):
-        data = np.concatenate([t.data for t in tensors], axis=dim)  # type: ignore[misc]
+    parts = [t.data for t in tensors if t.data is not None]
+    data = np.concatenate(parts, axis=dim) if len(parts) == len(tensors) else None
     return Tensor(tuple(shape), first.dtype, data)
 
 
 def add(tensors: Sequence[Tensor]) -> Tensor:
     """Elementwise sum of equally shaped tensors (the data semantics of every reduction)."""
     first = tensors[0]
-    data = None
-    if all(t.data is not None for t in tensors):
-        data = np.sum([t.data for t in tensors], axis=0)
+    parts = [t.data for t in tensors if t.data is not None]
+    data = np.sum(parts, axis=0) if len(parts) == len(tensors) else None
     return Tensor(first.shape, first.dtype, data)
 
 
@@ -121,7 +119,7 @@ def assign_strided(target: Tensor, part: Tensor, dim: int, k: int, slices: int, 
     if target.data is None or part.data is None:
         return target
     data = target.data.copy()
-    index = [slice(None)] * len(target.shape)
+    index: list[slice | np.ndarray] = [slice(None)] * len(target.shape)
     index[dim] = target.strided_indices(dim, k, slices, block)
     data[tuple(index)] = part.data
     return Tensor(target.shape, target.dtype, data)

@@ -12,8 +12,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tpusim.errors import OutputPathError
+
+Span = tuple[int, str, str, float, float, dict[str, object]]
+"""(chip, track, name, start in s, end in s, args)."""
 
 
 @dataclass
@@ -22,7 +26,7 @@ class Tracer:
 
     chips: frozenset[int] | None = None
     window: tuple[float, float] | None = None
-    spans: list[tuple[int, str, str, float, float, dict]] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
     chip_names: dict[int, str] = field(default_factory=dict)
 
     def wants(self, chip: int) -> bool:
@@ -35,9 +39,9 @@ class Tracer:
             return
         self.spans.append((chip, track, name, start, end, dict(args)))
 
-    def to_chrome(self) -> dict:
+    def to_chrome(self) -> dict[str, Any]:
         """The trace as a Chrome trace-event JSON object."""
-        events: list[dict] = []
+        events: list[dict[str, Any]] = []
         tracks: dict[tuple[int, str], int] = {}
         for chip, track, _, _, _, _ in self.spans:
             tracks.setdefault((chip, track), len([k for k in tracks if k[0] == chip]) + 1)
@@ -87,6 +91,6 @@ def parse_chip_list(text: str) -> frozenset[int]:
     return frozenset(chips)
 
 
-def spans_of(tracer: Tracer, track_prefix: str) -> Iterable[tuple[int, str, str, float, float, dict]]:
+def spans_of(tracer: Tracer, track_prefix: str) -> Iterable[Span]:
     """Spans whose track starts with ``track_prefix`` (e.g. ``"MXU"``, ``"ICI"``)."""
     return (s for s in tracer.spans if s[1].startswith(track_prefix))

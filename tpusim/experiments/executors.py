@@ -7,6 +7,7 @@ points, never inside one simulation.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -55,9 +56,11 @@ def run_local(jobs: Sequence[Job], workers: int, cache: str | None = None) -> It
 def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int, cache: str | None = None) -> Iterator[Done]:
     """A Dask distributed cluster at ``scheduler`` (``tcp://host:8786``), or a LocalCluster when None."""
     try:
-        from distributed import Client, LocalCluster, as_completed
+        # dask's distributed has no type hints: its names are used through Any
+        distributed: Any = importlib.import_module("distributed")
     except ImportError:
         raise UserError("--executor dask needs the 'distributed' package: pip install 'dask[distributed]'") from None
+    Client, LocalCluster, as_completed = distributed.Client, distributed.LocalCluster, distributed.as_completed
     cluster = None
     if scheduler is None:
         cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from tpusim.collectives.network import place_mesh
@@ -28,9 +29,9 @@ from tpusim.engine.context import Context
 from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import GemmResult, simulate_gemm
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.model.registry import load_model
@@ -143,12 +144,12 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
 
 
 Runner = Callable[[Any, Context | None], Any]
-RUNNERS: dict[type[Request], Runner] = {
+RUNNERS: MappingProxyType[type[Request], Runner] = MappingProxyType({
     CollectiveRequest: run_collective,
     GemmRequest: run_gemm,
     StepRequest: run_step,
     TuneRequest: run_tune,
-}
+})
 
 
 def run_request(kind: type[Request], fields: dict[str, Any], context: Context | None = None) -> Any:

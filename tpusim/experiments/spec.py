@@ -63,7 +63,7 @@ def _kind_fields(kind: str) -> set[str]:
 def _point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """``base`` with the dotted ``overrides`` laid over it. Where they change the kind, the base's keys the new
     kind does not have are dropped (keys the overrides write themselves must belong to the new kind)."""
-    point = json.loads(json.dumps(base))
+    point: dict[str, Any] = json.loads(json.dumps(base))
     kind = overrides.get("kind", point.get("kind", "step"))
     if kind != point.get("kind", "step"):
         own = _kind_fields(str(kind))

@@ -1,9 +1,10 @@
 """``tpusim validate``: every reference number next to what tpusim computes, with its delta.
 
-In the style of Calculon's validation table: quantity, reference, simulated, delta, tolerance. Rows:
-the physical ring formulas of reference §4.2, the authors' calibrated collective costs of §4.1, the
-worked GeMM examples of §3.8 (a synthetic profile), and DES-versus-closed-form agreement of the authors'
-MeshSlice and collective forms for the GPT-3 and Megatron-NLG FF GeMMs at 256 chips.
+In the style of Calculon's validation table: quantity, reference, simulated, delta, tolerance. Rows: the physical ring
+formulas of docs/network.md#physical-closed-forms, the authors' calibrated collective costs of
+docs/network.md#the-calibrated-network, the worked GeMM examples of docs/validation.md#worked-gemm-examples (a
+synthetic profile), and DES-versus-closed-form agreement of the authors' MeshSlice and collective forms for the GPT-3
+and Megatron-NLG FF GeMMs at 256 chips.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ class Check:
 
 
 def toy_profile() -> HardwareProfile:
-    """Reference §3.8: every alpha 10 us, every lambda 1 us, every beta 50e9 B/s, F = 250e12 FLOP/s."""
+    """docs/validation.md#worked-gemm-examples: every alpha 10 us, every lambda 1 us, every beta 50e9 B/s, F = 250e12
+    FLOP/s."""
     base = load_hardware("meshslice-sim")
     fit = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)
     chip = base.chip.model_copy(update={"peak_flops": 250e12})
-    return base.model_copy(update={"name": "toy-3.8", "description": "reference §3.8 worked examples",
+    return base.model_copy(update={"name": "toy-worked-examples",
+                                   "description": "the worked GeMM examples (docs/validation.md#worked-gemm-examples)",
                                    "chip": chip,
                                    "calibration": Calibration(all_gather=fit, reduce_scatter=fit, send_recv=fit)})
 
@@ -52,7 +55,7 @@ def _collective(hardware: str, mesh: str, axis: int, op: str, nbytes: float, top
                 **extra: object) -> float:
     result = run_request(CollectiveRequest, {"hardware": hardware, "mesh": mesh, "axis": axis, "op": op,
                                              "bytes": int(nbytes), "topology": topology, **extra})
-    return result.time_s / us
+    return float(result.time_s) / us
 
 
 def _gemm(hardware: HardwareProfile | str, mesh: str, algorithm: str, dataflow: str, m: int, n: int, k: int,
@@ -60,52 +63,53 @@ def _gemm(hardware: HardwareProfile | str, mesh: str, algorithm: str, dataflow: 
     result = run_request(GemmRequest, {"hardware": hardware, "mesh": mesh, "algorithm": algorithm,
                                        "dataflow": dataflow, "m": m, "n": n, "k": k, "slices": slices,
                                        "fidelity": "auto", **extra})
-    return result.time_s / us, (result.analytic_time_s or float("nan")) / us
+    return float(result.time_s) / us, (result.analytic_time_s or float("nan")) / us
 
 
 def checks() -> list[Check]:
     rows: list[Check] = []
     add = rows.append
     exact, rounded = 1e-9, 5e-5
-    # reference §4.2: B = 45e9 per direction, a = 1 us, o = 0
-    add(Check("64 MB AG, 16-chip wrapped axis, bidirectional (§4.2 f2)", 681.6666666666,
+    # docs/network.md#physical-closed-forms: B = 45e9 per direction, a = 1 us, o = 0
+    add(Check("64 MB AG, 16-chip wrapped axis, bidirectional (physical ring, bidirectional)", 681.6666666666,
               _collective("tpuv4", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
-    add(Check("same, unidirectional ring (§4.2 f1)", 1348.3333333333,
+    add(Check("same, unidirectional ring (physical ring, one way)", 1348.3333333333,
               _collective("tpuv4", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z", ring="uni"),
               rounded))
-    add(Check("same, 16-chip line (§4.2 f4)", 1348.3333333333,
+    add(Check("same, 16-chip line (physical line)", 1348.3333333333,
               _collective("tpuv4", "1x16", 1, "all-gather", 64 * MB, "mesh:16"), rounded))
-    add(Check("64 MB all-reduce on the wrapped axis (§4.2 f5)", 1363.3333333333,
+    add(Check("64 MB all-reduce on the wrapped axis (physical all-reduce)", 1363.3333333333,
               _collective("tpuv4", "16x16", 1, "all-reduce", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
-    add(Check("[1024,4096] bf16 AG over x of 4x4x4 (§4.2, f2)", 20.48,
+    add(Check("[1024,4096] bf16 AG over x of 4x4x4 (scaling-book example)", 20.48,
               _collective("tpuv4", "4x16", 0, "all-gather", 1024 * 4096 * 2 // 4, "4x4x4", axis_map="x,y*z"),
               1e-3))
-    # reference §4.1: the authors' calibrated model, s = 1 MiB shard
+    # docs/network.md#the-calibrated-network: the authors' calibrated model, s = 1 MiB shard
     s = MiB
-    add(Check("tpu-fit AG axis 1, n=8 (§4.1)", 140.04, _collective("meshslice-tpu-fit", "8x8", 1, "all-gather",
-                                                                  8 * s), rounded))
-    add(Check("tpu-fit AG axis 0, n=32 (§4.1)", 1351.24,
+    add(Check("tpu-fit AG axis 1, n=8 (calibrated model)", 140.04,
+              _collective("meshslice-tpu-fit", "8x8", 1, "all-gather", 8 * s), rounded))
+    add(Check("tpu-fit AG axis 0, n=32 (calibrated model)", 1351.24,
               _collective("meshslice-tpu-fit", "32x8", 0, "all-gather", 32 * s), rounded))
-    add(Check("tpu-fit RdS axis 1, n=8 (§4.1)", 177.20,
+    add(Check("tpu-fit RdS axis 1, n=8 (calibrated model)", 177.20,
               _collective("meshslice-tpu-fit", "8x8", 1, "reduce-scatter", 8 * s), rounded))
-    add(Check("tpu-fit RdS axis 0, n=32 (§4.1)", 1047.68,
+    add(Check("tpu-fit RdS axis 0, n=32 (calibrated model)", 1047.68,
               _collective("meshslice-tpu-fit", "32x8", 0, "reduce-scatter", 32 * s), rounded))
-    add(Check("tpu-fit broadcast axis 1, n=8 (§4.1)", 61.15,
+    add(Check("tpu-fit broadcast axis 1, n=8 (calibrated model)", 61.15,
               _collective("meshslice-tpu-fit", "8x8", 1, "broadcast", s), rounded))
-    add(Check("tpu-fit Cannon skew n=16 (§4.1)", 651.15,
+    add(Check("tpu-fit Cannon skew n=16 (calibrated model)", 651.15,
               _collective("meshslice-tpu-fit", "16x16", 1, "shift", s, offset=8), rounded))
-    add(Check("sim AG n=32 (§4.1)", 827.76, _collective("meshslice-sim", "32x8", 0, "all-gather", 32 * s), rounded))
-    add(Check("sim RdS n=8 (§4.1)", 288.80, _collective("meshslice-sim", "8x8", 1, "reduce-scatter", 8 * s),
+    add(Check("sim AG n=32 (calibrated model)", 827.76,
+              _collective("meshslice-sim", "32x8", 0, "all-gather", 32 * s), rounded))
+    add(Check("sim RdS n=8 (calibrated model)", 288.80, _collective("meshslice-sim", "8x8", 1, "reduce-scatter", 8 * s),
               rounded))
-    # reference §3.8: M=65536, K=8192, N=32768 on 8x4, toy profile, prefetch ideal
+    # docs/validation.md#worked-gemm-examples: M=65536, K=8192, N=32768 on 8x4, toy profile, prefetch ideal
     toy = toy_profile()
     dims = {"m": 65536, "n": 32768, "k": 8192}
     for label, algorithm, dataflow, slices, reference in (
-        ("Collective OS (§3.8)", "collective", "os", None, 6424.31),
-        ("MeshSlice OS, K=4 (§3.8)", "meshslice", "os", 4, 5002.25),
-        ("SUMMA OS, S=8 (§3.8)", "summa", "os", None, 4750.59),
-        ("Collective LS (§3.8)", "collective", "ls", None, 12464.11),
-        ("MeshSlice LS, K=4 (§3.8)", "meshslice", "ls", 4, 9808.78),
+        ("Collective OS (worked example)", "collective", "os", None, 6424.31),
+        ("MeshSlice OS, K=4 (worked example)", "meshslice", "os", 4, 5002.25),
+        ("SUMMA OS, S=8 (worked example)", "summa", "os", None, 4750.59),
+        ("Collective LS (worked example)", "collective", "ls", None, 12464.11),
+        ("MeshSlice LS, K=4 (worked example)", "meshslice", "ls", 4, 9808.78),
     ):
         simulated, _ = _gemm(toy, "8x4", algorithm, dataflow, slices=slices, prefetch="ideal", **dims)
         add(Check(label, reference, simulated, 5e-6))

@@ -2,8 +2,8 @@
 
 An algorithm is written once, as a per-chip SPMD ``program`` over the device API that reads the dataflow
 role table; the same program computes the exact product with numpy payloads and is timed without them.
-``analytic`` is its closed-form twin, built from ``CostModel``. Algorithms register themselves by name;
-an unknown name is an error that lists the known ones (never a silent fallback).
+``analytic`` is its closed-form twin, built from ``CostModel``. The named algorithms live in
+``tpusim.gemm.registry``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import simpy
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.errors import InfeasibleError, unknown_name
+from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Roles
 from tpusim.gemm.params import GemmParams
@@ -91,6 +91,13 @@ class GemmAlgorithm(ABC):
         del ctx
         return []
 
+    def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int] | None:
+        """The slice counts this algorithm can run ``problem`` with on ``mesh``, ascending; None where it does
+        not slice. The one home of the slice rule: feasibility checks, their error messages, the tuner's
+        candidates and a step's fallback all read it."""
+        del problem, mesh, params
+        return None
+
     def sharding(self, problem: GemmProblem, mesh: tuple[int, int]) -> Sharding:
         """Where X, W and Y live; 2D algorithms use the layout's placement."""
         del mesh
@@ -102,30 +109,4 @@ class GemmAlgorithm(ABC):
 
     @abstractmethod
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
-        """The closed-form time (reference §3), uncontended."""
-
-
-_REGISTRY: dict[str, GemmAlgorithm] = {}
-
-
-def register(cls: type[GemmAlgorithm]) -> type[GemmAlgorithm]:
-    """Class decorator: make an algorithm available by its ``name``."""
-    _REGISTRY[cls.name] = cls()
-    return cls
-
-
-def get_algorithm(name: str) -> GemmAlgorithm:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise unknown_name("algorithm", name, list(_REGISTRY)) from None
-
-
-def algorithms() -> dict[str, GemmAlgorithm]:
-    _load_builtin()
-    return dict(sorted(_REGISTRY.items()))
-
-
-def _load_builtin() -> None:
-    import tpusim.gemm.algorithms  # noqa: F401  (registers the built-in algorithms)
+        """The closed-form time (docs/algorithms.md), uncontended."""

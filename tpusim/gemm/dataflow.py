@@ -1,16 +1,19 @@
 """The GeMM problem, the three dataflows as one role table, and the layout that transposition flips.
 
-Reference §2.1: OS computes Y = X W (W stored [K, N]); LS computes Y = X W^T (W stored [N, K]); RS computes
-Y = X^T W (X stored [K, M]). Every stored matrix is split with dimension 0 over one mesh axis and
-dimension 1 over the other. The role table says, per dataflow, which operand stays put, which is
-all-gathered over which axis along which dimension, and which partial result is reduce-scattered. Role
-axis 0 is the axis that splits stored dimension 0; ``Layout`` maps role axes to logical mesh axes, and a
-transposed layer simply swaps them. Algorithms read this table instead of being written once per dataflow.
+docs/algorithms.md#dataflows: OS computes Y = X W (W stored [K, N]); LS computes Y = X W^T (W stored [N, K]); RS
+computes Y = X^T W (X stored [K, M]). Every stored matrix is split with dimension 0 over one mesh axis and dimension 1
+over the other. The role table says, per dataflow, which operand stays put, which is all-gathered over which axis
+along which dimension, and which partial result is reduce-scattered. Role axis 0 is the axis that splits stored
+dimension 0; ``Layout`` maps role axes to logical mesh axes, and a transposed layer simply swaps them. Algorithms read
+this table instead of being written once per dataflow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
 
 from tpusim.vocabulary import Dataflow
 
@@ -33,11 +36,11 @@ class Roles:
     prefetchable: str  # the gathered operand that does not depend on the previous op (W; RS: saved X)
 
 
-ROLES: dict[Dataflow, Roles] = {
+ROLES: MappingProxyType[Dataflow, Roles] = MappingProxyType({
     Dataflow.OS: Roles("y", (Move("x", 1, 1), Move("w", 0, 0)), None, "k", "w"),
     Dataflow.LS: Roles("x", (Move("w", 0, 0),), Move("y", 1, 1), "n", "w"),
     Dataflow.RS: Roles("w", (Move("x", 1, 1),), Move("y", 0, 0), "m", "x"),
-}
+})
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,13 @@ class GemmProblem:
     def dim(self, name: str) -> int:
         return {"m": self.m, "n": self.n, "k": self.k}[name]
 
-    def dense(self, x, w):  # type: ignore[no-untyped-def]
+    def dense(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The product this dataflow computes, from global numpy operands."""
+        product: np.ndarray
         if self.dataflow is Dataflow.OS:
-            return x @ w
-        if self.dataflow is Dataflow.LS:
-            return x @ w.T
-        return x.T @ w
+            product = x @ w
+        elif self.dataflow is Dataflow.LS:
+            product = x @ w.T
+        else:
+            product = x.T @ w
+        return product

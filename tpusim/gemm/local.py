@@ -14,7 +14,7 @@ def local_product(
     dataflow: Dataflow,
     x: Tensor | simpy.Event,
     w: Tensor | simpy.Event,
-    acc: Tensor | None = None,
+    acc: Tensor | simpy.Event | None = None,
     *,
     name: str = "gemm",
 ) -> simpy.Event:

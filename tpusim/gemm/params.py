@@ -1,4 +1,4 @@
-"""Parameters shared by the GeMM algorithms and the prefetch policy (reference §3.1)."""
+"""Parameters shared by the GeMM algorithms and the prefetch policy (docs/algorithms.md#collective-2d-gemm)."""
 
 from __future__ import annotations
 

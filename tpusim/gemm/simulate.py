@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from tpusim.collectives.accounting import account
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
-from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
 from tpusim.engine.result import ResultMixin
@@ -25,11 +25,12 @@ from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, get_algorithm
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext
 from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import assemble, block_shape, operand_blocks, take_block
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Fidelity
@@ -37,7 +38,7 @@ from tpusim.vocabulary import Fidelity
 
 @dataclass
 class GemmResult(ResultMixin):
-    """One simulated GeMM (field meanings: DESIGN §5 glossary)."""
+    """One simulated GeMM (field meanings: docs/results.md#result-fields)."""
 
     algorithm: str
     dataflow: str
@@ -150,36 +151,30 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     reps = representative_chips(algorithm, params, network) if symmetric else None
     runtime = CollectiveRuntime(sim, network, representatives=reps)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
-    elapsed = float(sim.now)
+    run = account(sim, runtime, symmetric=symmetric)
     notes: list[str] = [why] if why else []
     error = None
     if verify:
+        assert x_global is not None and w_global is not None
         dense = problem.dense(x_global, w_global)
         got = assemble({i: t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
-    finish = {c.id: max([e for _, e in c.spans], default=0.0) for c in sim.chips if c.spans}
-    finish.setdefault(mapping.chip(*next(iter(outputs))), 0.0)
-    for chip, spans in runtime.comm_spans.items():
-        finish[chip] = max(finish[chip], max(e for _, e in spans))
-    critical = max(finish, key=lambda c: (finish[c], -c))
-    parts = breakdown(sim.chips[critical].spans, runtime.comm_spans.get(critical, []), elapsed)
     twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
-    totals = network.totals(elapsed)
-    if symmetric and totals is not None:
+    if symmetric and run.transfers:
         notes.append("symmetric fidelity: representative chips only; per-link totals are not reported")
-    links = None if symmetric else totals
+    links, parts = run.links, run.parts
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
         variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity=str(fidelity),
-        time_s=elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
-        idle_s=parts.idle, flops_per_chip=sim.chips[critical].flops,
+        time_s=run.elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
+        idle_s=parts.idle, flops_per_chip=run.flops,
         bytes_sent=None if links is None else links.bytes_sent,
         max_link_bytes=None if links is None else links.max_link_bytes,
         max_link_utilisation=None if links is None else links.max_link_utilisation,
-        transfers=0 if totals is None else totals.transfers, events=sim.events,
+        transfers=run.transfers, events=sim.events,
         mapping=mapping.describe(), max_abs_error=error, notes=notes,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from tpusim.config.catalog import HARDWARE, looks_like_path
@@ -24,7 +25,8 @@ from tpusim.errors import ConfigError, UnknownNameError
 __all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile"]
 
 _WHAT = "hardware profile"
-_KINDS: dict[object, type[HardwareProfile]] = {"physical": PhysicalProfile, "calibrated": CalibratedProfile}
+_KINDS: MappingProxyType[object, type[HardwareProfile]] = MappingProxyType(
+    {"physical": PhysicalProfile, "calibrated": CalibratedProfile})
 # A child names and describes itself; inheriting these would silently mislabel it.
 _NOT_INHERITED = frozenset({"name", "description"})
 

@@ -1,11 +1,11 @@
-"""A transformer block as a sequence of ops per chip, forward and backward (reference §6.2).
+"""A transformer block as a sequence of ops per chip, forward and backward (docs/workloads.md#the-transformer-block).
 
-Four FF layers (QKV h->3h, out-projection h->h, FF1 h->ffn, FF2 ffn->h) become distributed GeMMs: each
-layer's dataflow gives its forward, backward-data and backward-weight GeMMs (reference §2.2 triplets);
-a transposed layer runs the same triplet with the two mesh axes swapped. Attention is local to a chip
-(B/R whole sequences, H/C whole heads). LayerNorm, residual adds and GeLU are HBM-bound; each LayerNorm
-also all-reduces its row statistics over the feature axis. Everything here is per chip and shape-only;
-the step module times it.
+Four FF layers (QKV h->3h, out-projection h->h, FF1 h->ffn, FF2 ffn->h) become distributed GeMMs: each layer's
+dataflow gives its forward, backward-data and backward-weight GeMMs
+(docs/algorithms.md#training-triplets-and-transposition triplets); a transposed layer runs the same triplet with the
+two mesh axes swapped. Attention is local to a chip (B/R whole sequences, H/C whole heads). LayerNorm, residual adds
+and GeLU are HBM-bound; each LayerNorm also all-reduces its row statistics over the feature axis. Everything here is
+per chip and shape-only; the step module times it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tpusim.config import TransformerModel
+from tpusim.config.requests import FF_LAYERS
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Dataflow
 
-FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
+__all__ = ["FF_LAYERS", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op", "Pass", "block_ops",
+           "ff_layers", "heuristic_dataflow", "model_flops_per_block", "padded_vocabulary", "step_extras"]
 
 
 class Pass(StrEnum):
@@ -39,7 +41,7 @@ class FFLayer:
     transpose: bool = False
 
     def gemm(self, which: Pass, dtype: str) -> GemmProblem:
-        """The (M, N, K) GeMM of one pass (reference §2.2)."""
+        """The (M, N, K) GeMM of one pass (docs/algorithms.md#training-triplets-and-transposition)."""
         b, i, o = self.tokens, self.inputs, self.outputs
         triplets = {
             Dataflow.OS: ((Dataflow.OS, b, o, i), (Dataflow.LS, b, i, o), (Dataflow.RS, i, o, b)),
@@ -52,7 +54,7 @@ class FFLayer:
 
 
 def heuristic_dataflow(tokens: int, inputs: int, outputs: int) -> Dataflow:
-    """Keep the largest matrix stationary (reference §7.1)."""
+    """Keep the largest matrix stationary (docs/workloads.md#the-autotuner)."""
     if outputs > inputs and tokens >= inputs:
         return Dataflow.OS
     if inputs >= outputs and tokens >= outputs:
@@ -127,7 +129,8 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
     wide = shape.tokens_per_chip * shape.ffn_per_chip
     s = model.sequence
     scores = shape.sequences_per_chip * shape.heads_per_chip * s * s
-    # QK^T and AV: 2 GeMMs of 2 * S * S * head_dim FLOP per head and sequence; no causal discount (§6.2)
+    # QK^T and AV: 2 GeMMs of 2 * S * S * head_dim FLOP per head and sequence; no causal discount
+    # (docs/workloads.md#the-transformer-block)
     attn_flops = 4.0 * shape.sequences_per_chip * shape.heads_per_chip * model.head_dim * s * s
     attn_bytes = b * (2 * scores + 4 * act)  # softmax reads and writes the scores; q, k, v in, out back
     qkv, out_proj, ff1, ff2 = layers

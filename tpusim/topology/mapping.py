@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from tpusim.errors import TopologyError, TpusimError
+from tpusim.topology.axis_pieces import AxisPiece, choose_pieces, parse_axis_map
 from tpusim.topology.physical import PhysicalTopology
-from tpusim.topology.pieces import AxisPiece, choose_pieces, parse_axis_map
 from tpusim.topology.rings import ring_order, ring_way
 
 __all__ = [

@@ -39,7 +39,7 @@ class PhysicalTopology:
     dims: tuple[int, ...]
     wrap: tuple[bool, ...]
     axis_names: tuple[str, ...]
-    graph: nx.DiGraph = field(repr=False)
+    graph: nx.DiGraph[int] = field(repr=False)
     link_src: np.ndarray = field(repr=False)
     link_dst: np.ndarray = field(repr=False)
     link_axis: np.ndarray = field(repr=False)
@@ -187,7 +187,7 @@ def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> Phys
                 dst.append(chip + (there - here) * int(radix[axis]))
                 axes.append(axis)
                 signs.append(sign)
-    graph = nx.DiGraph(name=name)
+    graph: nx.DiGraph[int] = nx.DiGraph(name=name)
     graph.add_nodes_from((chip, {"coord": tuple(int(c) for c in coords[chip])}) for chip in range(chips))
     graph.add_edges_from(
         (s, d, {"link": link, "axis": a, "sign": g})

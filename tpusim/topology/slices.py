@@ -1,7 +1,7 @@
 """Named topologies: TPUv4 slice rules, generic tori and meshes, and parsing of topology specs.
 
-A TPUv4 slice is A x B x C with every side <= 4 or every side a multiple of 4; only slices made of whole
-4x4x4 cubes have wraparound, and then on every axis (reference §5.2). Generic ``torus:`` and ``mesh:``
+A TPUv4 slice is A x B x C with every side <= 4 or every side a multiple of 4; only slices made of whole 4x4x4 cubes
+have wraparound, and then on every axis (docs/network.md#tpuv4-slices-and-mapping). Generic ``torus:`` and ``mesh:``
 topologies have 1 to 4 axes of any size. This module validates user-written shapes and builds
 :class:`~tpusim.topology.physical.PhysicalTopology` objects; it holds no topology logic of its own.
 """
@@ -16,7 +16,8 @@ from typing import Literal
 from tpusim.errors import TopologyError
 from tpusim.topology.physical import PhysicalTopology, build_topology
 
-# The most cube-like slice per chip count (reference §5.2, plus the sub-cube sizes below 16).
+# The most cube-like slice per chip count (docs/network.md#default-slice-per-chip-count, plus the sub-cube sizes
+# below 16).
 DEFAULT_TPUV4_SLICES: MappingProxyType[int, tuple[int, int, int]] = MappingProxyType({
     1: (1, 1, 1),
     2: (1, 1, 2),
@@ -49,11 +50,12 @@ def _check_sides(dims: Sequence[object], shown: str, what: str) -> tuple[int, ..
         raise TopologyError(
             f"{what} {shown!r} must be given as a sequence of sizes; parse text with parse_topology"
         )
-    sides = tuple(dims)
-    for side in sides:
+    sides: list[int] = []
+    for side in dims:
         if isinstance(side, bool) or not isinstance(side, int) or side < 1:
             raise TopologyError(f"{what} {shown!r}: every side must be an integer >= 1, got {side!r}")
-    return tuple(int(s) for s in sides)
+        sides.append(int(side))
+    return tuple(sides)
 
 
 def _tpuv4(dims: Sequence[int], shown: str) -> PhysicalTopology:
@@ -119,7 +121,7 @@ def parse_topology(spec: str) -> PhysicalTopology:
 
 
 def default_tpuv4_slice(chips: int) -> PhysicalTopology:
-    """The most cube-like TPUv4 slice with this many chips (reference §5.2)."""
+    """The most cube-like TPUv4 slice with this many chips (docs/network.md#tpuv4-slices-and-mapping)."""
     dims = DEFAULT_TPUV4_SLICES.get(chips) if isinstance(chips, int) and not isinstance(chips, bool) else None
     if dims is None:
         raise TopologyError(

@@ -5,7 +5,7 @@ plus, per FF layer, the time of the option it runs. Options interact only throug
 between layers (False: tokens over axis 0 and features over axis 1; True: the two swapped), so the
 search is a DP whose state is (start flag, current flag) and whose stages are QKV, out-proj, FF1, FF2.
 
-Flag rules (reference §2.2 "flag propagation", restricted to consistent flags):
+Flag rules (docs/algorithms.md#training-triplets-and-transposition, restricted to consistent flags):
 - a layer runs in its input's layout, so an option is admissible only when its transpose flag equals the
   incoming flag; an RS layer outputs the other layout, every other op keeps its input's;
 - each residual Add (after out-proj, after FF2) adds the sub-block's input and output. The DP requires

@@ -16,19 +16,12 @@ two passes is priced once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import simpy
-
-from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.network import network_for
-from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
-from tpusim.engine.simulation import Simulation
-from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
@@ -37,7 +30,8 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.hardware import ChipModel
 from tpusim.model.layer import FF_LAYERS, FFLayer, GemmOp, LocalOp, NormStatsOp, Op, Pass
-from tpusim.model.step import StepSpec, plan_ops
+from tpusim.model.plan import StepSpec, plan_block
+from tpusim.model.program import run_ops
 from tpusim.topology import MeshMapping
 from tpusim.tuning.space import LayerOption, layer_problems
 from tpusim.vocabulary import CollectiveOp, Fidelity
@@ -49,8 +43,8 @@ def one_hop(mapping: MeshMapping) -> MeshMapping:
     """The same placement with every ring step counted as a single hop (no link shared between groups)."""
     if all(axis.max_hops <= 1 for axis in mapping.axes):
         return mapping
-    axes = tuple(replace(axis, max_hops=1) if axis.max_hops > 1 else axis for axis in mapping.axes)
-    return replace(mapping, axes=axes)
+    first, second = (replace(axis, max_hops=1) if axis.max_hops > 1 else axis for axis in mapping.axes)
+    return replace(mapping, axes=(first, second))
 
 
 def mapping_key(mapping: MeshMapping) -> tuple[Any, ...]:
@@ -108,7 +102,7 @@ class PricingContext:
 
 def pass_multiplicity(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[str, Pass, int], ...]:
     """How many times each (layer, pass) GeMM runs per layer of the step (2 forwards under full recompute)."""
-    forward, backward, _, _ = plan_ops(spec, mesh)
+    forward, backward, _ = plan_block(spec, mesh)
     counts = Counter((op.layer.removeprefix("recompute."), op.which) for op in forward + backward
                      if isinstance(op, GemmOp))
     return tuple((layer, which, counts[(layer, which)]) for layer in FF_LAYERS for which in Pass)
@@ -159,7 +153,7 @@ class LayerPricer:
 
 
 def _non_ff_ops(spec: StepSpec, mesh: tuple[int, int]) -> list[Op]:
-    forward, backward, _, _ = plan_ops(spec, mesh)
+    forward, backward, _ = plan_block(spec, mesh)
     return [op for op in forward + backward if not isinstance(op, GemmOp)]
 
 
@@ -181,22 +175,10 @@ def non_ff_twin(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping)
 
 def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity,
                 context: Context | None = None) -> float:
-    """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts."""
-    ops = _non_ff_ops(spec, mapping.shape)
+    """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts, run by the step
+    program itself."""
     network = network_for(hardware, mapping, context=context)
     mode, _ = resolve_fidelity(fidelity, network.asymmetry(overrides=False))
-    symmetric = mode is Fidelity.SYMMETRIC
-    sim = Simulation(hardware, mapping)
-    runtime = CollectiveRuntime(sim, network, representatives=[(0, 0)] if symmetric else None)
-    run_spmd(sim, runtime, _local_program, lambda dev: (ops,))
-    return sim.now
-
-
-def _local_program(dev: Device, ops: list[Op]) -> Generator[simpy.Event, Any, None]:
-    """The non-GeMM part of the step program (``tpusim.model.step``), op for op."""
-    for op in ops:
-        if isinstance(op, LocalOp):
-            yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
-        elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
-            # the step fuses the row means and mean-squares into one all-reduce; so does this
-            yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+    sequence = [(op, 0) for op in _non_ff_ops(spec, mapping.shape)]
+    return run_ops(network, sequence, {}, representatives=[(0, 0)] if mode is Fidelity.SYMMETRIC else None
+                   ).account.elapsed

@@ -28,9 +28,9 @@ from tpusim.collectives.network import network_for, place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, default_prefetch
+from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
@@ -225,11 +225,11 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     spec = StepSpec(model, algorithm.name, batch, prefetch=prefetch, recompute=request.recompute,
                     bytes_per_param=request.bytes_per_param, dtype=request.dtype,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
-    context = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
+    pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
                              pass_multiplicity(spec, candidates[0].mesh))
     layers = ff_layers(model, batch * model.sequence)
     flips = algorithm.parallelism == "2d"
-    searches = [_MeshSearch(c, layers, context, cache, spec, flips, request.dataflows) for c in candidates]
+    searches = [_MeshSearch(c, layers, pricing, cache, spec, flips, request.dataflows) for c in candidates]
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
     refined = searches if request.exhaustive else _rank(searches, reports, request.refine_meshes, model.layers)

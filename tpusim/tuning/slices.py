@@ -12,8 +12,8 @@ from dataclasses import replace
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import get_algorithm
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.model.layer import Pass, ff_layers
 from tpusim.model.step import StepSpec
@@ -34,7 +34,7 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
         base = GemmParams(spec.prefetch, variant=spec.variant)
         timed: list[tuple[float, int]] = []
-        for k in slice_counts(problems, mesh, base.block):
+        for k in slice_counts(algorithm, problems, mesh, base):
             params = replace(base, slices=k)
             try:
                 for problem in problems:

@@ -4,13 +4,12 @@ A candidate mesh is any factorisation R x C = P (not only powers of two) that th
 2D algorithms need C | heads and R | batch (unless infeasible configurations are allowed), 1D algorithms
 run on P x 1 only, and on a physical profile the logical mesh must map onto the topology. A layer option
 is a dataflow, a transposition flag and, for MeshSlice, a slice count K taken from every feasible value
-(the divisors of D / (lcm(R, C) x block), D the layer's sliced global dimension), never from a table.
+(``GemmAlgorithm.slice_options``, common to the layer's three passes), never from a table.
 Every option is confirmed by the algorithm's own feasibility check on all three passes.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from tpusim.collectives.network import place_mesh
@@ -101,24 +100,12 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
     return kept, rejected
 
 
-def divisors(n: int) -> list[int]:
-    """The divisors of n >= 1, ascending."""
-    small, large = [], []
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            small.append(d)
-            if d != n // d:
-                large.append(n // d)
-    return small + large[::-1]
-
-
-def slice_counts(problems: list[GemmProblem], mesh: tuple[int, int], block: int) -> list[int]:
-    """Every K that divides each pass's sliced dimension by lcm(R, C) x block x K (reference §3.5)."""
-    unit = math.lcm(*mesh) * block
+def slice_counts(algorithm: GemmAlgorithm, problems: list[GemmProblem], mesh: tuple[int, int],
+                 base: GemmParams) -> list[int]:
+    """The slice counts every pass of a layer can run with (one K serves its three GeMMs), ascending."""
     common: set[int] | None = None
     for problem in problems:
-        size = problem.dim(problem.roles.sliced)
-        found = set(divisors(size // unit)) if size % unit == 0 else set()
+        found = set(algorithm.slice_options(problem, mesh, base) or ())
         common = found if common is None else common & found
     return sorted(common or ())
 
@@ -136,7 +123,9 @@ def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int
     for dataflow in dataflows:
         probe = LayerOption(dataflow, transpose, None)
         problems = list(layer_problems(layer, probe, dtype).values())
-        counts: list[int | None] = list(slice_counts(problems, mesh, base.block)) if algorithm.uses_slices else [None]
+        counts: list[int | None] = [None]
+        if algorithm.uses_slices:
+            counts = list(slice_counts(algorithm, problems, mesh, base))
         for k in counts:
             params = replace(base, slices=k)
             try:

@@ -1,40 +1,36 @@
-"""The paper-reproduction families: how each turns its experiment's results into a table and a figure.
+"""The paper-reproduction families, each named after its packaged experiment and listed here explicitly.
 
-A family is registered under the name of its folder in ``experiments/``; ``table`` turns the finished
-points of ``results.json`` into the rows of ``X.csv`` and ``plot`` draws ``X.png`` from those rows.
+A family's ``table`` turns the finished points of ``results.json`` into the rows of ``X.csv`` and its ``plot``
+draws ``X.png`` from those rows (``tpusim.experiments.families.family``). Two families may not share a name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from types import MappingProxyType
 
 from tpusim.errors import unknown_name
+from tpusim.experiments.families.comparisons import BREAKDOWN, HEADLINE
+from tpusim.experiments.families.family import Family
+from tpusim.experiments.families.scaling import STRONG_SCALING, TUNER_ACCURACY, WEAK_SCALING
+from tpusim.experiments.families.sweeps import MESH_SHAPES, SENSITIVITY, SLICE_SWEEP
 
-Entry = dict[str, Any]  # one finished point of results.json: point, row, result, error
-Row = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    title: str
-    table: Callable[[list[Entry]], list[Row]]
-    plot: Callable[[list[Row], Path, str], None]
+__all__ = ["FAMILIES", "Family", "family_names", "get_family"]
 
 
-FAMILIES: dict[str, Family] = {}
+def _unique(families: tuple[Family, ...]) -> MappingProxyType[str, Family]:
+    named: dict[str, Family] = {}
+    for family in families:
+        if family.name in named:
+            raise ValueError(f"two reproduction families are named {family.name!r}")
+        named[family.name] = family
+    return MappingProxyType(named)
 
 
-def register(family: Family) -> Family:
-    FAMILIES[family.name] = family
-    return family
+FAMILIES = _unique((HEADLINE, BREAKDOWN, WEAK_SCALING, STRONG_SCALING, TUNER_ACCURACY, SLICE_SWEEP, MESH_SHAPES,
+                    SENSITIVITY))
 
 
 def get_family(name: str) -> Family:
-    _load()
     try:
         return FAMILIES[name]
     except KeyError:
@@ -42,9 +38,4 @@ def get_family(name: str) -> Family:
 
 
 def family_names() -> list[str]:
-    _load()
     return list(FAMILIES)
-
-
-def _load() -> None:
-    from tpusim.experiments.families import comparisons, scaling, sweeps  # noqa: F401

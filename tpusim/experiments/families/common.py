@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import matplotlib
@@ -12,11 +13,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 MODELS = ("gpt3-175b", "megatron-nlg-530b-ms")
-PAPER_SPEEDUP = {"gpt3-175b": 0.120, "megatron-nlg-530b-ms": 0.234}  # reference §1, headline [P]
+# the MeshSlice paper's abstract; docs/validation.md#known-differences-from-the-meshslice-paper
+PAPER_SPEEDUP = MappingProxyType({"gpt3-175b": 0.120, "megatron-nlg-530b-ms": 0.234})
 TWO_D = ("collective", "wang", "summa", "cannon")
 ALGORITHM_ORDER = ("collective", "wang", "summa", "cannon", "meshslice", "tp1d", "fsdp")
-COLOURS = {"collective": "#4c72b0", "wang": "#dd8452", "summa": "#55a868", "cannon": "#c44e52",
-           "meshslice": "#8172b3", "tp1d": "#937860", "fsdp": "#da8bc3"}
+COLOURS = MappingProxyType({"collective": "#4c72b0", "wang": "#dd8452", "summa": "#55a868", "cannon": "#c44e52",
+           "meshslice": "#8172b3", "tp1d": "#937860", "fsdp": "#da8bc3"})
 
 
 def best_of(entry: dict[str, Any]) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from tpusim.config.requests import StepRequest
-from tpusim.experiments.families import Family, register
 from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
     ALGORITHM_ORDER,
@@ -22,13 +21,14 @@ from tpusim.experiments.families.common import (
     shared_legend,
     step_of,
 )
+from tpusim.experiments.families.family import Family
 from tpusim.experiments.families.sweeps import speedups
 from tpusim.experiments.runners import run_request
 
 
 def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
-    times: dict[str, dict[str, float]] = {}
+    times: dict[str, dict[str, float | None]] = {}
     for entry in entries:
         point, best = entry["point"], step_of(entry)
         times.setdefault(point["model"], {})[point["algorithm"]] = best["step_time_s"] if best else None
@@ -92,8 +92,8 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note)
 
 
-register(Family("headline", "256 chips, batch 256: each algorithm at its tuned configuration", _headline_rows,
-                _headline_plot))
+HEADLINE = Family("headline", "256 chips, batch 256: each algorithm at its tuned configuration", _headline_rows,
+                  _headline_plot)
 
 
 def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,4 +162,4 @@ def _breakdown_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note, legend=shared_legend(axes))
 
 
-register(Family("breakdown", "Where the step time goes at 256 chips", _breakdown_rows, _breakdown_plot))
+BREAKDOWN = Family("breakdown", "Where the step time goes at 256 chips", _breakdown_rows, _breakdown_plot)

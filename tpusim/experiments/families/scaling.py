@@ -8,7 +8,6 @@ from typing import Any
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from tpusim.experiments.families import Family, register
 from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
     ALGORITHM_ORDER,
@@ -20,6 +19,7 @@ from tpusim.experiments.families.common import (
     shared_legend,
     step_of,
 )
+from tpusim.experiments.families.family import Family
 
 
 def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -111,14 +111,14 @@ def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label
          legend_columns=min(len(labels), 4 if len(labels) > 7 else len(labels)))
 
 
-register(Family(
+WEAK_SCALING = Family(
     "weak-scaling", "Weak scaling: MFU of each tuned algorithm (batch = chips)", _tuned_rows,
     lambda rows, path, title: _lines(rows, path, title, "mfu", "MFU (%)", 100.0, False),
-))
-register(Family(
+)
+STRONG_SCALING = Family(
     "strong-scaling", "Strong scaling: step time of each tuned algorithm (batch 64)", _tuned_rows,
     lambda rows, path, title: _lines(rows, path, title, "step_time_s", "step time (s)", 1.0, True),
-))
+)
 
 
 def _accuracy_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,7 +151,7 @@ def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     ax = axes[0]
     styles = [{"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.95, "fill": "full"},
               {"marker": "s", "markersize": 6, "linestyle": "--", "offset": 1.05, "fill": "none"}]
-    gaps = []
+    gaps: list[float] = []
     grouped = by_model(rows)
     for index, (model, model_rows) in enumerate(grouped.items()):
         points = sorted((r["chips"], r["gap_percent"]) for r in model_rows if r["gap_percent"] is not None)
@@ -182,5 +182,5 @@ def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note, legend=shared_legend(axes))
 
 
-register(Family("tuner-accuracy", "Default tuner against exhaustive search (MeshSlice)", _accuracy_rows,
-                _accuracy_plot))
+TUNER_ACCURACY = Family("tuner-accuracy", "Default tuner against exhaustive search (MeshSlice)", _accuracy_rows,
+                        _accuracy_plot)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullLocator
 
-from tpusim.experiments.families import Family, register
 from tpusim.experiments.families.common import (
     PAPER_SPEEDUP,
     TWO_D,
@@ -19,6 +19,7 @@ from tpusim.experiments.families.common import (
     shared_legend,
     step_of,
 )
+from tpusim.experiments.families.family import Family
 
 
 def _step_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,11 +96,11 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             "and timed anyway, for one or both of two reasons: the requested K is not a feasible slice count on "
             "that mesh, so the nearest feasible K below is used (the bar then says '8 requested'); or the C chips "
             "of the feature axis do not divide the attention heads, which are then padded.")
-    save(fig, path, title, note=note, legend=(handles, [h.get_label() for h in handles]))
+    save(fig, path, title, note=note, legend=(handles, [str(h.get_label()) for h in handles]))
 
 
-register(Family("slice-sweep", "MeshSlice step time against the slice count K", _step_rows, _slice_plot))
-register(Family("mesh-shapes", "MeshSlice on five 2048-chip mesh shapes", _step_rows, _mesh_plot))
+SLICE_SWEEP = Family("slice-sweep", "MeshSlice step time against the slice count K", _step_rows, _slice_plot)
+MESH_SHAPES = Family("mesh-shapes", "MeshSlice on five 2048-chip mesh shapes", _step_rows, _mesh_plot)
 
 
 def _scale_label(scale: dict[str, float]) -> str:
@@ -108,7 +109,7 @@ def _scale_label(scale: dict[str, float]) -> str:
     return ", ".join(changed) or "as calibrated"
 
 
-def speedups(times: dict[str, float]) -> dict[str, Any]:
+def speedups(times: dict[str, float | None]) -> dict[str, Any]:
     """MeshSlice's speedup over each other 2D algorithm and over the best of them, both definitions."""
     ms = times.get("meshslice")
     out: dict[str, Any] = {"meshslice_s": ms}
@@ -127,7 +128,7 @@ def speedups(times: dict[str, float]) -> dict[str, Any]:
 
 
 def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, str], dict[str, float]] = {}
+    groups: dict[tuple[str, str], dict[str, float | None]] = {}
     for entry in entries:
         point, best = entry["point"], step_of(entry)
         key = (point["model"], _scale_label(point["scale"]))
@@ -138,11 +139,12 @@ def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-SCALE_MEANING = {  # what each factor of the sensitivity labels scales, and which way makes communication slower
+# what each factor of the sensitivity labels scales, and which way makes communication slower
+SCALE_MEANING = MappingProxyType({
     "α": ("overhead", "x2"),
     "λ": ("latency", "x2"),
     "β": ("bandwidth", "x0.5"),
-}
+})
 
 
 def _scale_tick(label: str) -> str:
@@ -196,5 +198,5 @@ def _sensitivity_plot(rows: list[dict[str, Any]], path: Path, title: str) -> Non
     save(fig, path, title, note=note, legend=(handles, labels))
 
 
-register(Family("sensitivity", "Headline speedup under scaled calibration constants", _sensitivity_rows,
-                _sensitivity_plot))
+SENSITIVITY = Family("sensitivity", "Headline speedup under scaled calibration constants", _sensitivity_rows,
+                     _sensitivity_plot)

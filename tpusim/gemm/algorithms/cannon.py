@@ -1,4 +1,4 @@
-"""Cannon's algorithm on a square mesh (reference §3.3): skewed blocks circulating one hop per step.
+"""Cannon's algorithm on a square mesh (docs/algorithms.md#cannon): skewed blocks circulating one hop per step.
 
 Notation: n = R = C; a chip's ranks on role axes 0 and 1 are (r0, r1). Every dataflow is read from the
 role table: the gathered operands are the *moving* ones (each circulates along its role axis), and for LS
@@ -29,10 +29,12 @@ Neither variant has a data-independent gather to prefetch, so the ``prefetch`` p
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -48,7 +50,6 @@ def variant_of(params: GemmParams) -> str:
     return params.variant or TEXTBOOK
 
 
-@register
 class Cannon(GemmAlgorithm):
     name = "cannon"
     summary = "Cannon: skewed blocks (and LS/RS partial outputs) shifted one hop per step; square meshes"
@@ -97,7 +98,7 @@ class Cannon(GemmAlgorithm):
         held = {"x": x, "w": w}
         skews = [dev.shift(held[mv.operand], ctx.axis(mv.axis), -ranks[1 - mv.axis] % n) for mv in moves]
         current = dict(zip((mv.operand for mv in moves), (yield dev.wait(*skews)), strict=True))
-        acc = None  # OS: the stationary output; LS/RS: the circulating partial output (possibly in flight)
+        acc: Any = None  # OS: the stationary output; LS/RS: the circulating partial output (possibly in flight)
         for s in range(n):
             operands = {**held, **current}
             gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, name=f"gemm[{s}]")
@@ -113,7 +114,8 @@ class Cannon(GemmAlgorithm):
                 current = dict(zip(current, (yield dev.wait(*rolls)), strict=True))
         if roles.reduce is not None:
             (acc,) = yield dev.wait(acc)
-        return acc
+        result: Tensor = acc
+        return result
 
     def _halves(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
         roles, dataflow = ctx.roles, ctx.problem.dataflow
@@ -139,10 +141,11 @@ class Cannon(GemmAlgorithm):
                 if rolls:
                     arrived = yield dev.wait(*rolls)
                     halves = {mv.operand: arrived[2 * i:2 * i + 2] for i, mv in enumerate(moves)}
+            assert isinstance(acc, Tensor)
             return acc
         (mv,) = moves
         out = roles.reduce
-        accs: list = [None, None]
+        accs: list[Any] = [None, None]
         for s in range(n):
             gemms = []
             for h, d in enumerate(directions):

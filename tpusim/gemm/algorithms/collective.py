@@ -1,4 +1,4 @@
-"""Collective 2D GeMM, the GSPMD/XLA baseline (reference §3.1): gather, multiply, reduce-scatter.
+"""Collective 2D GeMM, the GSPMD/XLA baseline (docs/algorithms.md#collective-2d-gemm): gather, multiply, reduce-scatter.
 
 The gathers and the reduce-scatter come from the dataflow's role table. The activation gather (OS's X)
 depends on the previous op and is always exposed; the prefetchable gather (the weight, or RS's saved
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.sharding import operand_blocks
 from tpusim.vocabulary import Prefetch
 
 
-@register
 class CollectiveGemm(GemmAlgorithm):
     name = "collective"
     summary = "GSPMD-style collective 2D GeMM: all-gather, local GeMM, reduce-scatter"
@@ -39,7 +38,7 @@ class CollectiveGemm(GemmAlgorithm):
         if ideal:
             for mv in late:  # pending: the GeMM starts now and the gather overlaps it
                 operands[mv.operand] = dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim)
-        y = yield local_product(dev, ctx.problem.dataflow, operands["x"], operands["w"])  # type: ignore[arg-type]
+        y: Tensor = yield local_product(dev, ctx.problem.dataflow, operands["x"], operands["w"])  # type: ignore[arg-type]
         if roles.reduce is not None:
             y = yield dev.reduce_scatter(y, ctx.axis(roles.reduce.axis), roles.reduce.dim)
         return y

@@ -1,4 +1,4 @@
-"""FSDP baseline (reference §3.7) over the P chips of a P x 1 mesh.
+"""FSDP baseline (docs/algorithms.md#fsdp) over the P chips of a P x 1 mesh.
 
 Activations are split on the batch over all P chips and every stored matrix is split on its dimension 0
 there: role axis 0 spans the P chips and role axis 1 is unsplit, so the role table's role-axis-0 moves
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -33,7 +33,6 @@ from tpusim.vocabulary import Prefetch
 from .placement import line_axis, role_sharding
 
 
-@register
 class FsdpGemm(GemmAlgorithm):
     name = "fsdp"
     summary = "FSDP: batch-split activations, weight all-gathered over all P chips of a P x 1 mesh"
@@ -58,7 +57,7 @@ class FsdpGemm(GemmAlgorithm):
                 operands[mv.operand] = handle  # pending: the GeMM starts now and the gather overlaps it
             else:
                 (operands[mv.operand],) = yield dev.wait(handle)
-        y = yield local_product(dev, ctx.problem.dataflow, operands["x"], operands["w"])  # type: ignore[arg-type]
+        y: Tensor = yield local_product(dev, ctx.problem.dataflow, operands["x"], operands["w"])  # type: ignore[arg-type]
         if roles.reduce is not None and roles.reduce.axis == 0:
             y = yield dev.reduce_scatter(y, axis, roles.reduce.dim)
         return y

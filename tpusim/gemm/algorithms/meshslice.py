@@ -1,4 +1,4 @@
-"""MeshSlice (reference §3.5): sliced partial collectives, software-pipelined against sliced GeMMs.
+"""MeshSlice (docs/algorithms.md#meshslice): sliced partial collectives, software-pipelined against sliced GeMMs.
 
 The dataflow's sliced global dimension (role table: OS k, LS n, RS m) is cut into K strided slices:
 slice k of a local dimension holds runs of ``block`` elements strided by ``block * K``. Because every
@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import simpy
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor, assign_strided
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -38,15 +39,29 @@ def slice_count(params: GemmParams) -> int:
     return 1 if params.slices is None else params.slices
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of n >= 1, ascending."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
 
 
-@register
 class MeshSlice(GemmAlgorithm):
     name = "meshslice"
     summary = "MeshSlice: K strided partial collectives per axis, software-pipelined against sliced GeMMs"
     uses_slices = True
+
+    def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int]:
+        """Every K with the sliced global dimension D divisible by lcm(R, C) x block x K
+        (docs/algorithms.md#meshslice)."""
+        layout, sliced = problem.layout, problem.roles.sliced
+        unit = math.lcm(mesh[layout.axis(0)], mesh[layout.axis(1)]) * max(params.block, 1)
+        size = problem.dim(sliced)
+        return divisors(size // unit) if size % unit == 0 else []
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)
@@ -55,17 +70,15 @@ class MeshSlice(GemmAlgorithm):
             raise InfeasibleError(f"--slices {slices}: the slice count must be at least 1")
         if params.block < 1:
             raise InfeasibleError(f"block {params.block}: the strided-slice run length must be at least 1")
+        options = self.slice_options(problem, mesh, params)
+        if slices in options:
+            return
         layout, sliced = problem.layout, problem.roles.sliced
         rows, cols = mesh[layout.axis(0)], mesh[layout.axis(1)]
-        lcm = math.lcm(rows, cols)
-        size = problem.dim(sliced)
-        unit = lcm * params.block
-        if size % (unit * slices) == 0:
-            return
-        feasible = ", ".join(map(str, _divisors(size // unit))) if size % unit == 0 else "none"
         raise InfeasibleError(
-            f"--slices {slices}: the sliced dimension {sliced} = {size} is not divisible by "
-            f"lcm({rows}, {cols}) x {params.block} x {slices}; feasible slice counts: {feasible}"
+            f"--slices {slices}: the sliced dimension {sliced} = {problem.dim(sliced)} is not divisible by "
+            f"lcm({rows}, {cols}) x {params.block} x {slices}; feasible slice counts: "
+            f"{', '.join(map(str, options)) or 'none'}"
         )
 
     def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
@@ -73,7 +86,7 @@ class MeshSlice(GemmAlgorithm):
         slices, block = slice_count(ctx.params), ctx.params.block
         held = {"x": x, "w": w}
 
-        def gather(k: int) -> list:
+        def gather(k: int) -> list[simpy.Event]:
             return [dev.all_gather(held[mv.operand].strided_slice(mv.dim, k, slices, block), ctx.axis(mv.axis),
                                    mv.dim) for mv in roles.gathers]
 
@@ -96,7 +109,7 @@ class MeshSlice(GemmAlgorithm):
         if roles.reduce is None:
             assert acc is not None
             return acc
-        parts = yield dev.wait(*reductions)
+        parts: list[Tensor] = yield dev.wait(*reductions)
         shape = list(parts[0].shape)
         shape[roles.reduce.dim] *= slices
         out = parts[0].like(shape, np.zeros(shape) if parts[0].has_data else None)

@@ -24,8 +24,9 @@ half-block shift and S = n - 1 (exact for this schedule on the calibrated networ
     T = A + loop + D                              (prefetch none or previous-op)
     T = max(A, loop) + D                          (ideal, gather ring)
     T = max(A + S sigma, loop) + D                (ideal, reduce ring: accumulators wait for the weight)
-The reference §3.4/§3.6 writes n max(sigma, g): it counts a shift after the last partial GeMM, which this
-schedule (like Wang et al.'s) does not perform, so it exceeds the above by max(sigma - g, 0).
+The published form (docs/algorithms.md#wang-collective-matmul) writes n max(sigma, g): it counts a shift after the
+last partial GeMM, which this schedule (like Wang et al.'s) does not perform, so it exceeds the above by
+max(sigma - g, 0).
 """
 
 from __future__ import annotations
@@ -142,11 +143,14 @@ class _Pieces:
 def _split(dev: Device, value: Operand, dim: int, count: int) -> list[Operand]:
     """``count`` pieces of a tensor, or of a pending gather (each piece pending until the gather lands)."""
     if isinstance(value, Tensor):
-        return value.split(dim, count)
+        whole: list[Operand] = list(value.split(dim, count))
+        return whole
     pieces = [Pending(dev.env, expected) for expected in expected_of(value).split(dim, count)]
 
     def deliver(done: simpy.Event) -> None:
-        for piece, part in zip(pieces, done.value.split(dim, count), strict=True):
+        gathered = done.value
+        assert isinstance(gathered, Tensor)
+        for piece, part in zip(pieces, gathered.split(dim, count), strict=True):
             piece.succeed(part)
 
     value.callbacks.append(deliver)
@@ -176,7 +180,8 @@ def _gather_ring(
                 placed[piece] = local_product(dev, dataflow, held[h], w, name=f"ring step {step}")
     if out_dim is None:
         assert acc is not None
-        return (yield acc)
+        total: Tensor = yield acc
+        return total
     values = yield dev.wait(*(placed[p] for p in range(n * ways)))
     return concat(values, out_dim)
 
@@ -195,7 +200,9 @@ def _reduce_ring(
     finished: list[Tensor] = []
     for step in range(n):
         for h in range(ways):
-            waits = [products[step * ways + h]] + ([incoming[h]] if incoming[h] is not None else [])
+            waits = [products[step * ways + h]]
+            if (arriving := incoming[h]) is not None:
+                waits.append(arriving)
             total = add((yield dev.wait(*waits)))
             if step < n - 1:
                 incoming[h] = dev.shift(total, ring, DIRECTIONS[h])
@@ -227,7 +234,8 @@ class RingTerms:
         return max(lead, self.loop) + self.reduce
 
     def reference(self) -> float:
-        """The reference's form (§3.4, §3.6; role-axis-0 gather exposed): A + n max(sigma, g) + D."""
+        """The reference's form (docs/algorithms.md#wang-collective-matmul, docs/algorithms.md#1d-tensor-parallelism;
+        role-axis-0 gather exposed): A + n max(sigma, g) + D."""
         return self.gather + self.steps * max(self.shift, self.gemm) + self.reduce
 
 

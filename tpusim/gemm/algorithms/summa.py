@@ -1,4 +1,4 @@
-"""SUMMA (reference §3.2): S = lcm(R, C) steps of panel broadcasts, each pipelined against a panel GeMM.
+"""SUMMA (docs/algorithms.md#summa): S = lcm(R, C) steps of panel broadcasts, each pipelined against a panel GeMM.
 
 The dataflow's sliced global dimension (role table: OS k, LS n, RS m) is cut into S contiguous panels.
 On a role axis of n chips each chip's block holds S/n consecutive panels, so panel s belongs to rank
@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 
+import simpy
+
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -40,7 +42,6 @@ def owner(step: int, steps: int, size: int) -> tuple[int, int]:
     return step // per_chip, step % per_chip
 
 
-@register
 class Summa(GemmAlgorithm):
     name = "summa"
     summary = "SUMMA: lcm(R, C) panel broadcasts (and, LS/RS, panel reduces) pipelined against panel GeMMs"
@@ -67,7 +68,7 @@ class Summa(GemmAlgorithm):
         steps = step_count(ctx)
         held = {"x": x, "w": w}
 
-        def broadcasts(s: int) -> list:
+        def broadcasts(s: int) -> list[simpy.Event]:
             handles = []
             for mv in roles.gathers:
                 size = ctx.size(mv.axis)
@@ -118,7 +119,7 @@ class Summa(GemmAlgorithm):
         return broadcasts, r, costs.gemm(m, n, k)
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
-        """OS: max(B) + (S-1) max(B, g) + g; LS, RS: (B + R_o) + (S-1) max(R_o, B, g) + g (reference §3.2)."""
+        """OS: max(B) + (S-1) max(B, g) + g; LS, RS: (B + R_o) + (S-1) max(R_o, B, g) + g (docs/algorithms.md#summa)."""
         broadcasts, r, g = self.terms(ctx, costs)
         steps = step_count(ctx)
         return max(broadcasts) + r + (steps - 1) * max(*broadcasts, r, g) + g

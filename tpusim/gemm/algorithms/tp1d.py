@@ -1,4 +1,5 @@
-"""1D tensor parallelism, Megatron with Wang overlap (reference §3.6), over the P chips of a P x 1 mesh.
+"""1D tensor parallelism, Megatron with Wang overlap (docs/algorithms.md#1d-tensor-parallelism), over the P chips of
+a P x 1 mesh.
 
 Activations are split on features and weights on their output features over all P chips, as one ring;
 the other role axis is unsplit, so this is the ``ring`` schedule with role axis 1 on the P chips and no
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
@@ -32,7 +33,6 @@ def _axes(mesh: tuple[int, int]) -> RoleAxes:
     return (None, line_axis(Tp1dGemm.name, mesh))
 
 
-@register
 class Tp1dGemm(GemmAlgorithm):
     name = "tp1d"
     summary = "Megatron 1D tensor parallelism over a P x 1 ring with bidirectional Wang-style overlap"

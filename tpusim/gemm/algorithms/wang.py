@@ -1,4 +1,5 @@
-"""Wang et al. collective matmul in 2D (reference §3.4): the role-axis-1 collective becomes ring shifts.
+"""Wang et al. collective matmul in 2D (docs/algorithms.md#wang-collective-matmul): the role-axis-1 collective
+becomes ring shifts.
 
 OS: X's halves circulate along role axis 1 under the partial GeMMs; the weight is one blocking
 all-gather over role axis 0. LS: the weight gather stays blocking and the output reduce-scatter over
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, register
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
@@ -26,7 +27,6 @@ def _axes(problem: GemmProblem) -> RoleAxes:
     return (problem.layout.axis(0), problem.layout.axis(1))
 
 
-@register
 class WangGemm(GemmAlgorithm):
     name = "wang"
     summary = "Wang et al. collective matmul in 2D: role-axis-1 collective as bidirectional half-block shifts"

@@ -176,7 +176,7 @@ def parse_axis_map(text: str, topology: PhysicalTopology, rows: int, cols: int) 
         if "whole" in forms or not forms:
             continue
         if set(forms) != {"segment", "block"} or forms["segment"] != forms["block"]:
-            block = forms.get("segment", forms.get("block"))
+            block = forms.get("segment", forms.get("block", 0))
             raise TopologyError(
                 f"{shown} splits physical axis {name} but does not use both {name}[0:{block}] "
                 f"and {name}[::{block}]"

@@ -1,0 +1,49 @@
+"""What one simulated run amounts to: its critical chip, that chip's time breakdown, and what the links carried.
+
+Shared by every kind of run (a collective, a GeMM, a training step), so they all pick the critical chip the
+same way: the chip whose last activity (MXU work or a collective it waits on) ends latest, the lowest id among
+equals. Its MXU and communication spans split the run into compute, exposed communication and idle
+(``tpusim.engine.accounting``). Symmetric runs simulate representative chips only, so their link totals are
+not reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpusim.collectives.network import LinkTotals
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.accounting import TimeBreakdown, breakdown
+from tpusim.engine.simulation import Simulation
+
+__all__ = ["RunAccount", "account"]
+
+Spans = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class RunAccount:
+    """The critical chip of a run and its breakdown over ``[0, elapsed]``."""
+
+    elapsed: float
+    critical: int
+    parts: TimeBreakdown
+    mxu: Spans
+    comm: Spans
+    flops: float
+    links: LinkTotals | None
+    transfers: int
+
+
+def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> RunAccount:
+    """The account of a finished run."""
+    elapsed = float(sim.now)
+    finish = {chip.id: max((end for _, end in chip.spans), default=0.0) for chip in sim.chips}
+    for chip, spans in runtime.comm_spans.items():
+        finish[chip] = max(finish.get(chip, 0.0), max(end for _, end in spans))
+    critical = max(finish, key=lambda c: (finish[c], -c)) if finish else 0
+    mxu = sim.chips[critical].spans
+    comm = runtime.comm_spans.get(critical, [])
+    totals = runtime.network.totals(elapsed)
+    return RunAccount(elapsed, critical, breakdown(mxu, comm, elapsed), mxu, comm, sim.chips[critical].flops,
+                      None if symmetric else totals, 0 if totals is None else totals.transfers)

@@ -1,0 +1,209 @@
+"""What a training step runs: the block's ops for a mesh, the step's once-only ops, and each GeMM made ready.
+
+The plan is independent of time: it shards the block for the algorithm's parallelism (one block-shape builder
+for the blocks and the once-per-step extras), lists the forward and backward ops of a block
+(``tpusim.model.layer``), and prepares every distributed GeMM the step runs: its algorithm parameters and the
+chip's operand blocks. Where a requested slice count is infeasible and infeasible points are allowed, the
+GeMM takes the nearest feasible count below it (``GemmAlgorithm.slice_options``) and the plan records why.
+The model FLOPs of a step (what MFU counts) are defined here too, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tpusim.config import TransformerModel
+from tpusim.config.requests import FF_LAYERS
+from tpusim.engine.tensor import Tensor
+from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
+from tpusim.gemm.sharding import operand_blocks
+from tpusim.gemm.simulate import check_gemm
+from tpusim.model.feasibility import Split, split_for
+from tpusim.model.layer import (
+    BlockShape,
+    GemmOp,
+    NormStatsOp,
+    Op,
+    block_ops,
+    ff_layers,
+    model_flops_per_block,
+    step_extras,
+)
+from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
+
+__all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_shape", "plan_block", "plan_step", "step_model_flops"]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """Everything that determines a step's timing besides the hardware and the mapping."""
+
+    model: TransformerModel
+    algorithm: str
+    batch: int
+    slices: tuple[int | None, ...] | None = None  # one per FF layer (qkv, out_proj, ff1, ff2)
+    dataflows: tuple[Dataflow, ...] | None = None
+    transposes: tuple[bool, ...] | None = None
+    prefetch: Prefetch = Prefetch.IDEAL
+    variant: str | None = None
+    recompute: Recompute = Recompute.NONE
+    bytes_per_param: float = 16.0
+    dtype: str = "bf16"
+    stats_dtype: str = "fp32"
+    allow_infeasible: bool = False
+    extrapolate: bool = True
+    window: int = 2
+    fidelity: Fidelity = Fidelity.AUTO
+    embedding: bool = False  # token embedding and LM head, once per step
+    optimizer: bool = False  # the Adam update, once per step
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.model.sequence
+
+
+@dataclass(frozen=True)
+class PreparedGemm:
+    """One distributed GeMM of the step, ready to run: its algorithm, context and the chip's operand blocks."""
+
+    algorithm: GemmAlgorithm
+    ctx: GemmContext
+    x: Tensor
+    w: Tensor
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The ops of one block (forward, backward), the once-per-step ops around them, and the GeMMs prepared."""
+
+    forward: tuple[Op, ...]
+    backward: tuple[Op, ...]
+    before: tuple[Op, ...]
+    middle: tuple[Op, ...]
+    after: tuple[Op, ...]
+    gemms: dict[str, PreparedGemm]
+    violations: tuple[str, ...]
+
+    @property
+    def params(self) -> GemmParams:
+        """Parameters of the step's first GeMM (prefetch, variant: shared by all of them)."""
+        return next(iter(self.gemms.values())).ctx.params
+
+    @property
+    def slices(self) -> list[int | None]:
+        """The slice count each FF layer runs with (after any fallback)."""
+        return [self.gemms[f"{name}.fwd"].ctx.params.slices for name in FF_LAYERS]
+
+
+def block_shape(spec: StepSpec, mesh: tuple[int, int], allow_infeasible: bool) -> tuple[BlockShape, Split]:
+    """One chip's share of the block under the algorithm's parallelism on ``mesh``."""
+    algorithm = get_algorithm(spec.algorithm)
+    split = split_for(spec.model, mesh, spec.batch, algorithm.parallelism, allow_infeasible)
+    tokens = spec.tokens
+    shape = BlockShape(
+        tokens_per_chip=tokens / split.token_parts,
+        hidden_per_chip=spec.model.hidden / split.feature_parts,
+        ffn_per_chip=spec.model.ffn / split.feature_parts,
+        sequences_per_chip=split.sequences_per_chip,
+        heads_per_chip=split.heads_per_chip,
+        rows_per_chip=tokens / split.token_parts,
+    )
+    return shape, split
+
+
+def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[str, ...]]:
+    """(forward ops, backward ops, violations) of one block on ``mesh``; infeasible meshes raise unless allowed."""
+    algorithm = get_algorithm(spec.algorithm)
+    shape, split = block_shape(spec, mesh, spec.allow_infeasible)
+    layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
+    forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute)
+    if algorithm.parallelism != "2d":
+        forward, backward = _one_d_statistics(forward, algorithm.parallelism), _one_d_statistics(
+            backward, algorithm.parallelism)
+    return forward, backward, split.violations
+
+
+def _one_d_statistics(ops: tuple[Op, ...], parallelism: str) -> tuple[Op, ...]:
+    """LayerNorm statistics under 1D parallelism: over the P-chip axis 0 (features split), or none (whole)."""
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, NormStatsOp):
+            if parallelism == "1d-batch":
+                continue
+            op = replace(op, axis=0)
+        out.append(op)
+    return tuple(out)
+
+
+def plan_step(spec: StepSpec, mesh: tuple[int, int]) -> StepPlan:
+    """The whole plan of a step on ``mesh``."""
+    forward, backward, violations = plan_block(spec, mesh)
+    before: tuple[Op, ...] = ()
+    middle: tuple[Op, ...] = ()
+    after: tuple[Op, ...] = ()
+    if spec.embedding or spec.optimizer:
+        shape, _ = block_shape(spec, mesh, True)
+        before, middle, after = step_extras(spec.model, shape, spec.tokens, mesh, spec.dtype,
+                                            embedding=spec.embedding, optimizer=spec.optimizer,
+                                            chips=mesh[0] * mesh[1])
+    found = list(violations)
+    gemms = _prepare(spec, mesh, forward + backward + middle, found)
+    return StepPlan(forward, backward, before, middle, after, gemms, tuple(found))
+
+
+def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], violations: list[str]
+             ) -> dict[str, PreparedGemm]:
+    algorithm = get_algorithm(spec.algorithm)
+    slices = list(spec.slices) if spec.slices else [None] * len(FF_LAYERS)
+    prepared: dict[str, PreparedGemm] = {}
+    for op in ops:
+        if not isinstance(op, GemmOp) or op.name in prepared:
+            continue
+        layer = op.layer.removeprefix("recompute.")
+        # the LM head takes the first FF layer's slice count, or the nearest feasible one below it
+        k = slices[FF_LAYERS.index(layer)] if layer in FF_LAYERS else slices[0]
+        params = GemmParams(spec.prefetch, k, variant=spec.variant)
+        try:
+            check_gemm(algorithm, op.problem, mesh, params)
+        except InfeasibleError as error:
+            if (not spec.allow_infeasible and layer in FF_LAYERS) or k is None:
+                raise
+            fallback = _nearest_below(algorithm, op, mesh, params)
+            if fallback is None:
+                raise
+            if layer in FF_LAYERS:
+                violations.append(f"{op.name}: {error.message}; timed with slices {fallback.slices}")
+            params = fallback
+        ctx = GemmContext(op.problem, params, mesh)
+        blocks = operand_blocks(op.problem.x_shape, op.problem.w_shape, algorithm.sharding(op.problem, mesh), mesh)
+        prepared[op.name] = PreparedGemm(algorithm, ctx, Tensor(blocks["x"], spec.dtype),
+                                         Tensor(blocks["w"], spec.dtype))
+    return prepared
+
+
+def _nearest_below(algorithm: GemmAlgorithm, op: GemmOp, mesh: tuple[int, int], params: GemmParams
+                   ) -> GemmParams | None:
+    """The parameters with the largest feasible slice count below the requested one, if any."""
+    assert params.slices is not None
+    for k in reversed(algorithm.slice_options(op.problem, mesh, params) or []):
+        if k >= params.slices:
+            continue
+        candidate = replace(params, slices=k)
+        try:
+            check_gemm(algorithm, op.problem, mesh, candidate)
+        except InfeasibleError:
+            continue
+        return candidate
+    return None
+
+
+def step_model_flops(spec: StepSpec) -> float:
+    """Model FLOPs of a whole step (what MFU counts): every block forward and backward, no padding and no
+    recomputation, plus the LM head's three GeMMs onto the unpadded vocabulary when it is included."""
+    flops = model_flops_per_block(spec.model, spec.tokens, spec.batch) * spec.model.layers
+    if spec.embedding:
+        flops += 3 * 2.0 * spec.tokens * spec.model.hidden * spec.model.vocabulary
+    return flops

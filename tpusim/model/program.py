@@ -1,0 +1,96 @@
+"""The one per-chip program of a training step, and running a sequence of its ops on a network.
+
+Every chip runs the same sequence of ops: the once-per-step ops before the blocks, each block forward, the
+ops between the passes, each block backward in reverse, the ops after. A distributed GeMM runs its
+algorithm's own chip program; local work runs on the MXU or against HBM; LayerNorm statistics are one small
+all-reduce (XLA fuses the row means and mean-squares). Under ``previous-op`` prefetch the coming GeMM's
+data-independent gathers start when the op before it starts. The tuner prices the non-FF part of a step with
+this same program, so the two never diverge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from tpusim.collectives.accounting import RunAccount, account
+from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.network import Network
+from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.simulation import Simulation
+from tpusim.engine.tensor import Tensor
+from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, Op
+from tpusim.model.plan import PreparedGemm, StepPlan
+from tpusim.vocabulary import Prefetch
+
+__all__ = ["Entry", "OpsRun", "run_ops", "step_sequence"]
+
+Entry = tuple[Op, int]
+"""One op of the sequence and the layer it belongs to (-1: once per step)."""
+
+Timeline = list[tuple[str, int, float, float]]
+"""(op name, layer, start, end) of every op a chip ran."""
+
+
+def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
+    """The ops of a step with ``layers`` blocks, in the order every chip runs them."""
+    sequence: list[Entry] = [(op, -1) for op in plan.before]
+    sequence += [(op, layer) for layer in range(layers) for op in plan.forward]
+    sequence += [(op, -1) for op in plan.middle]
+    sequence += [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
+    sequence += [(op, -1) for op in plan.after]
+    return sequence
+
+
+def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], timeline: Timeline
+                 ) -> Generator[simpy.Event, Any, None]:
+    """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline``."""
+    early: dict[tuple[str, int, int], simpy.Event] = {}
+    pending: dict[tuple[str, int, int], simpy.Event] = {}
+    for index, (op, layer) in enumerate(sequence):
+        start = dev.env.now
+        coming = sequence[index + 1][0] if index + 1 < len(sequence) else None
+        if isinstance(coming, GemmOp) and gemms[coming.name].ctx.params.prefetch is Prefetch.PREVIOUS_OP:
+            # previous-op prefetch: the coming GeMM's data-independent gathers start as this op starts
+            job = gemms[coming.name]
+            early = {key: dev.all_gather(job.w if key[0] == "w" else job.x, key[1], key[2])
+                     for key in job.algorithm.prefetchable_gathers(job.ctx)}
+        if isinstance(op, GemmOp):
+            job = gemms[op.name]
+            dev.prefetched = pending
+            yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
+            dev.prefetched = {}
+        elif isinstance(op, LocalOp):
+            yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
+        elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
+            yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+        pending, early = early, {}
+        timeline.append((op.name, layer, start, dev.env.now))
+
+
+@dataclass(frozen=True)
+class OpsRun:
+    """A simulated sequence of ops: the run's account and the critical chip's timeline."""
+
+    account: RunAccount
+    timeline: Timeline
+
+
+def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
+            representatives: Sequence[tuple[int, int]] | None = None,
+            chip_slowdown: dict[int, float] | None = None) -> OpsRun:
+    """Every chip (or the ``representatives``) runs ``sequence``; the account of the run."""
+    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown)
+    runtime = CollectiveRuntime(sim, network, representatives=representatives)
+    timelines: dict[int, Timeline] = {}
+
+    def args(dev: Device) -> tuple[Sequence[Entry], dict[str, PreparedGemm], Timeline]:
+        timelines[dev.chip_id] = []
+        return (sequence, gemms, timelines[dev.chip_id])
+
+    run_spmd(sim, runtime, step_program, args)
+    result = account(sim, runtime, symmetric=representatives is not None)
+    return OpsRun(result, timelines.get(result.critical, []))
