@@ -10,13 +10,16 @@ mapping. Two contexts share nothing; a fresh one is empty.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tpusim.engine.cache import TimingCache
 
 __all__ = ["CACHE_ENV", "Context"]
+
+T = TypeVar("T")
 
 CACHE_ENV = "TPUSIM_CACHE_DIR"
 """Environment variable naming a disk cache folder when no folder is given explicitly."""
@@ -39,3 +42,23 @@ class Context:
     @property
     def cache_folder(self) -> Path | None:
         return self.timings.folder
+
+    def loaded(self, kind: str, name: str, load: Callable[[str], T]) -> T:
+        """``load(name)``, once per context: a named profile or model read again only when its file changed."""
+        key = ("loaded", kind, name)
+        stamp = _stamp(name)
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] == stamp:
+            return cast(T, hit[1])
+        value = load(name)
+        self.memo[key] = (stamp, value)
+        return value
+
+
+def _stamp(name: str) -> tuple[int, int] | None:
+    """What identifies the content of a file named by a user (None for a packaged name)."""
+    try:
+        status = os.stat(name)
+    except OSError:
+        return None
+    return (status.st_mtime_ns, status.st_size)

@@ -28,7 +28,8 @@ _POINT: TypeAdapter[Point] = TypeAdapter(Point)
 def _run(point: Point, context: Context) -> dict[str, Any]:
     if isinstance(point, TuneRequest):
         # families repeat the same tuning (headline, breakdown, sensitivity's baseline, weak scaling at 256)
-        key = cache_key("tune-point", point.model_dump(by_alias=True), hardware_of(point.hardware, point.scale))
+        profile = hardware_of(point.hardware, point.scale, context)
+        key = cache_key("tune-point", point.model_dump(by_alias=True), profile)
         cached = context.timings.get(key)
         if cached is not None:
             return cached

@@ -44,9 +44,13 @@ from tpusim.vocabulary import Dataflow, Prefetch
 __all__ = ["RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_request", "run_step", "run_tune"]
 
 
-def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None) -> HardwareProfile:
+def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
+                context: Context | None = None) -> HardwareProfile:
     """A profile by name, path or as given, with its constants scaled where asked."""
-    profile = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    if isinstance(hardware, str):
+        profile = load_hardware(hardware) if context is None else context.loaded("hardware", hardware, load_hardware)
+    else:
+        profile = hardware
     factors = scale.factors() if scale is not None else {}
     if factors:
         profile = scaled_profile(profile, bandwidth=factors.get("beta", 1.0), latency=factors.get("lambda", 1.0),
@@ -54,12 +58,14 @@ def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None) -> 
     return profile
 
 
-def model_of(model: str | TransformerModel) -> TransformerModel:
-    return load_model(model) if isinstance(model, str) else model
+def model_of(model: str | TransformerModel, context: Context | None = None) -> TransformerModel:
+    if not isinstance(model, str):
+        return model
+    return load_model(model) if context is None else context.loaded("model", model, load_model)
 
 
-def _placed(request: _OnMesh) -> tuple[HardwareProfile, MeshMapping]:
-    profile = hardware_of(request.hardware, request.scale)
+def _placed(request: _OnMesh, context: Context | None) -> tuple[HardwareProfile, MeshMapping]:
+    profile = hardware_of(request.hardware, request.scale, context)
     rows, cols = request.shape
     return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map)
 
@@ -71,7 +77,7 @@ def _prefetch(hardware: HardwareProfile, prefetch: Prefetch | None) -> Prefetch:
 def run_collective(request: CollectiveRequest, context: Context | None = None,
                    tracer: Tracer | None = None) -> CollectiveResult:
     """One collective on every group of ``request.axis``."""
-    profile, mapping = _placed(request)
+    profile, mapping = _placed(request, context)
     spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks,
                           request.root, request.offset)
     return simulate_collective(spec, profile, mapping, tracer=tracer,
@@ -83,7 +89,7 @@ def run_collective(request: CollectiveRequest, context: Context | None = None,
 def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Tracer | None = None) -> GemmResult:
     """One distributed GeMM (optionally verified against the dense product, optionally traced)."""
     name = get_algorithm(request.algorithm).name
-    profile, mapping = _placed(request)
+    profile, mapping = _placed(request, context)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
@@ -104,8 +110,8 @@ def _per_layer(value: Any) -> tuple[Any, ...] | None:
 
 def run_step(request: StepRequest, context: Context | None = None) -> StepResult:
     """One training step."""
-    transformer = model_of(request.model)
-    profile, mapping = _placed(request)
+    transformer = model_of(request.model, context)
+    profile, mapping = _placed(request, context)
     algorithm = get_algorithm(request.algorithm)
     slices = _per_layer(request.slices)
     if slices is not None and not algorithm.uses_slices:
@@ -133,7 +139,8 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
     from tpusim.tuning.search import TuneSpec, tune
 
     spec = TuneSpec(
-        model=model_of(request.model), hardware=hardware_of(request.hardware, request.scale), chips=request.chips,
+        model=model_of(request.model, context), hardware=hardware_of(request.hardware, request.scale, context),
+        chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, fidelity=request.fidelity,
         exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
