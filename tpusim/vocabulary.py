@@ -14,7 +14,7 @@ from typing import Self
 
 from tpusim.errors import unknown_name
 
-__all__ = ["Choice", "CollectiveOp", "Dataflow", "Fidelity", "Prefetch", "Recompute", "Ring"]
+__all__ = ["Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch", "Recompute", "Ring"]
 
 
 class Choice(StrEnum):
@@ -91,6 +91,14 @@ class CollectiveOp(Choice):
     SEND_RECV = "send-recv"
 
 
+class MultiAxis(Choice):
+    """How a collective runs over a logical axis laid on several physical axes
+    (docs/network.md#collectives-over-several-physical-axes)."""
+
+    DIMENSIONAL = "dimensional"  # the shard in parts, each gathered axis by axis in its own order: every link busy
+    SNAKE = "snake"  # one ring snaking through the sub-grid, one hop per step: half the links idle
+
+
 class Ring(Choice):
     """How a ring collective uses the two directions of its links."""
 
@@ -105,4 +113,5 @@ _NOUNS = MappingProxyType({
     "Recompute": "recompute policy",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",
+    "MultiAxis": "multi-axis schedule",
 })

@@ -9,7 +9,7 @@ import pytest
 from tpusim.cli.main import main
 
 ARGV = [
-    "collective", "--hardware", "tpuv4", "--topology", "4x4x16", "--mesh", "16x16", "--axis-map", "x*y,z",
+    "collective", "--hardware", "tpuv4-wire", "--topology", "4x4x16", "--mesh", "16x16", "--axis-map", "x*y,z",
     "--axis", "1", "--op", "all-gather", "--bytes", "64MB",
 ]
 EXPECTED = 15e-6 + (15 / 16) * 64e6 / 90e9
@@ -57,7 +57,7 @@ def test_worked_example_text(capsys: pytest.CaptureFixture[str]) -> None:
     out, err = capsys.readouterr()
     assert err == ""
     lines = out.splitlines()
-    assert lines[0] == "all-gather of 64 MB on axis 1 (16 groups of 16 chips), tpuv4"
+    assert lines[0] == "all-gather of 64 MB on axis 1 (16 groups of 16 chips), tpuv4-wire"
     assert lines[1].split() == ["time", "681.667", "us", "(closed", "form", "681.667", "us)"]
 
 

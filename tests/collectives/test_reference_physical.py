@@ -17,7 +17,7 @@ from tpusim.hardware import load_hardware
 from tpusim.topology import map_mesh, parse_topology
 from tpusim.vocabulary import CollectiveOp, Ring
 
-TPUV4 = load_hardware("tpuv4")
+TPUV4 = load_hardware("tpuv4-wire")
 B, A = 45e9, 1e-6
 N = 64e6  # 64 MB gathered
 S16 = N / 16
@@ -25,7 +25,8 @@ S16 = N / 16
 
 def test_profile_is_the_reference_network() -> None:
     ici = TPUV4.ici
-    assert (ici.link_bandwidth, ici.hop_latency, ici.launch_overhead) == (B, A, 0)
+    assert (ici.link_bandwidth, ici.hop_latency, ici.step_overhead, ici.reduction_passes) == (B, A, 0, 0)
+    assert {value for _, value in ici.launch_overhead} == {0}
 
 
 CASES = [

@@ -10,7 +10,7 @@ from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import CollectiveOp, Ring
 
-TPUV4 = load_hardware("tpuv4")
+TPUV4 = load_hardware("tpuv4-wire")
 
 # (slice, mesh rows, mesh cols, axis map, logical axis, its size, its embedding)
 SLICES = [
@@ -81,7 +81,7 @@ def test_line_all_gather_is_formula_4(topology_mesh) -> None:
 def test_split_axis_single_message_has_no_claimed_twin(topology_mesh, op: CollectiveOp) -> None:
     mapping = topology_mesh("4x8x8", 16, 16, None)
     assert mapping.axes[1].describe()["embedding"] == "split"
-    result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, root=0, offset=8), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, chunks=1, root=0, offset=8), TPUV4, mapping)
     # the message travels 9 links (one 2-hop neighbour route and seven 1-hop ones) in the DES
     assert result.time_s == pytest.approx(9 * (4e6 / 45e9 + 1e-6), rel=1e-9)
     assert result.analytic_time_s is None  # no closed form is claimed for multi-hop embeddings

@@ -52,7 +52,9 @@ def test_defaults() -> None:
     assert profile.base is None
     assert profile.prefetch == "previous-op"
     assert profile.overlap_slowdown == 1.0
-    assert profile.ici.launch_overhead == 0.0
+    assert {value for _, value in profile.ici.launch_overhead} == {0.0}
+    assert profile.overlap_limits.describe() == {}
+    assert profile.multi_axis == "dimensional"
     assert profile.chip.accumulator_traffic is True
     assert profile.chip.peak_flops_informational is None
     assert profile.chip.hbm_capacity == 2**30
@@ -66,7 +68,8 @@ def test_calibrated_requires_calibration_block() -> None:
 
 def test_physical_rejects_calibration_block() -> None:
     assert _error(_profile(calibration=CALIBRATION)).startswith(
-        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, description, ici, kind, name, "
+        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, description, ici, kind, "
+        "multi_axis, name, "
     )
 
 

@@ -7,15 +7,16 @@ import math
 
 import pytest
 
-from tpusim.config import CalibratedProfile, Calibration, HardwareProfile, OpCalibration
+from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
+from tpusim.experiments.validation import toy_profile
 from tpusim.gemm.algorithm import GemmContext
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
-from tpusim.hardware import load_hardware
+from tpusim.hardware import load_hardware, with_collective_switches
 from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 4), (8, 4), (4, 8)]
@@ -69,36 +70,57 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
 
 
 @pytest.mark.parametrize("dataflow", [Dataflow.LS, Dataflow.RS], ids=str)
-def test_physical_reduce_scatters_pipeline_below_twin(profile_mesh, dataflow: Dataflow) -> None:
-    """On the tpuv4 torus a link is held only for serialization (hop latency is propagation), so back-to-back
-    reduce-scatters on one axis overlap their latency, where the closed form queues whole collectives FIFO.
-    When r is the steady-state bottleneck the DES is therefore faster than the twin, yet never faster than
-    the form with r dropped from the steady state."""
-    hw = load_hardware("tpuv4")
-    # 8x4 untransposed puts RS's reduce-scatter on the 8-chip axis; LS needs the transposed layer for that.
+def test_physical_reduce_scatters_pipeline_below_twin_without_limits(profile_mesh, dataflow: Dataflow) -> None:
+    """On tpuv4-wire (no overlap limits) a link is held only for serialization (hop latency is propagation), so
+    back-to-back reduce-scatters on one axis overlap their latency, where the closed form queues whole
+    collectives FIFO. When r is the steady-state bottleneck the DES is therefore faster than the twin, yet never
+    faster than the form with r dropped from the steady state. tpuv4's limit of one reduce-scatter in flight
+    queues them FIFO, and then the DES equals the twin."""
+    algorithm = get_algorithm("meshslice")
+    for name in ("tpuv4-wire", "tpuv4"):
+        hw = load_hardware(name)
+        # 8x4 untransposed puts RS's reduce-scatter on the 8-chip axis; LS needs the transposed layer for that.
+        mapping = profile_mesh(hw, 8, 4)[1]
+        for slices in (2, 3):
+            problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
+            params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
+            result = simulate_gemm(problem, "meshslice", params, hw, mapping)
+            gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(hw, mapping))
+            assert r > max(*gathers, g)  # the reduce-scatter-bound regime
+            assert result.analytic_time_s is not None
+            if name == "tpuv4":
+                assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
+                continue
+            assert result.time_s < result.analytic_time_s * (1 - 0.2)
+            assert result.time_s >= max(gathers) + r + g + (slices - 1) * max(*gathers, g) - 1e-15
+
+
+@pytest.mark.parametrize("limit", [1, 2, "unlimited"])
+def test_overlap_limit_changes_os_time_by_what_its_twin_says(profile_mesh, limit: int | str) -> None:
+    """MeshSlice OS gathers X and W per slice: one all-gather in flight serialises them (c = a_x + a_w), two or
+    no limit overlap them (c = max). The DES moves with the twin exactly, and the twin is the form of
+    docs/algorithms.md#meshslice with that c."""
+    hw = with_collective_switches(load_hardware("tpuv4"), overlap_limit=limit)
     mapping = profile_mesh(hw, 8, 4)[1]
     algorithm = get_algorithm("meshslice")
-    for slices in (2, 3):
-        problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
-        params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
-        result = simulate_gemm(problem, "meshslice", params, hw, mapping)
-        gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(hw, mapping))
-        assert r > max(*gathers, g)  # the reduce-scatter-bound regime
-        assert result.analytic_time_s is not None
-        assert result.time_s < result.analytic_time_s * (1 - 0.2)
-        assert result.time_s >= max(gathers) + r + g + (slices - 1) * max(*gathers, g) - 1e-15
+    slices = 4
+    problem = _problem(Dataflow.OS, 64 * slices, (4096, 2048))
+    params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
+    result = simulate_gemm(problem, "meshslice", params, hw, mapping)
+    gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(hw, mapping))
+    assert r == 0 and len(gathers) == 2 and min(gathers) > 0
+    c = sum(gathers) if limit == 1 else max(gathers)
+    assert result.analytic_time_s == pytest.approx(c + g + (slices - 1) * max(c, g), rel=1e-12)
+    assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
+    assert result.overlap_limits == ("all-gather=1,reduce-scatter=1,all-reduce=1" if limit == 1 else
+                                     "all-gather=2,reduce-scatter=2,all-reduce=2" if limit == 2 else "unlimited")
 
 
 # -- 3. docs/validation.md#worked-gemm-examples worked examples
 # ---------------------------------------------------------------
 def _toy() -> HardwareProfile:
-    base = load_hardware("tpuv4")
-    op = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)
-    return CalibratedProfile(
-        name="toy-3.8", description="worked examples", kind="calibrated",
-        calibration=Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
-        chip=base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
-    )
+    """The worked examples' profile (docs/validation.md#worked-gemm-examples)."""
+    return toy_profile()
 
 
 TOY_SHAPE = {"m": 65536, "k": 8192, "n": 32768}

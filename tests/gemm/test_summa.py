@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.config import CalibratedProfile, Calibration, HardwareProfile, OpCalibration
+from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
+from tpusim.experiments.validation import toy_profile
 from tpusim.gemm.algorithm import GemmContext
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
@@ -81,13 +82,8 @@ def test_physical_reduces_pipeline_below_twin(profile_mesh, dataflow: Dataflow) 
 # -- 3. docs/validation.md#worked-gemm-examples worked example
 # --------------------------------------------------------------------
 def _toy() -> HardwareProfile:
-    base = load_hardware("tpuv4")
-    op = OpCalibration(bandwidth=(50e9, 50e9), step_latency=1e-6, launch_overhead=10e-6)
-    return CalibratedProfile(
-        name="toy-3.8", description="worked examples", kind="calibrated",
-        calibration=Calibration(all_gather=op, reduce_scatter=op, send_recv=op),
-        chip=base.chip.model_copy(update={"peak_flops": 250e12, "gemm_model": "flops"}),
-    )
+    """The worked examples' profile (docs/validation.md#worked-gemm-examples)."""
+    return toy_profile()
 
 
 def test_worked_example_os(profile_mesh) -> None:

@@ -17,7 +17,8 @@ HBM_BW = 1.2e12
 
 
 def _roofline(**changes: object) -> ChipModel:
-    return ChipModel(load_hardware("tpuv4").chip.model_copy(update=changes))
+    """The tpuv4 chip without its fixed per-op cost (tested on its own below)."""
+    return ChipModel(load_hardware("tpuv4-wire").chip.model_copy(update=changes))
 
 
 def test_tpuv4_chip_attributes() -> None:
@@ -112,6 +113,15 @@ def test_hbm_time_and_op_time() -> None:
         chip.hbm_time(-1)
     with pytest.raises(ValueError):
         chip.op_time(-1, 0)
+
+
+def test_every_non_empty_op_pays_the_op_overhead() -> None:
+    bare, tpu = _roofline(), ChipModel(load_hardware("tpuv4").chip)
+    assert tpu.op_overhead == 1e-6
+    assert tpu.gemm_time(4096, 4096, 4096) == bare.gemm_time(4096, 4096, 4096) + 1e-6
+    assert tpu.hbm_time(1.2e9) == bare.hbm_time(1.2e9) + 1e-6
+    assert tpu.op_time(275e12, 1.0) == 1.0 + 1e-6
+    assert (tpu.gemm_time(0, 8, 8), tpu.hbm_time(0), tpu.op_time(0, 0)) == (0.0, 0.0, 0.0)  # nothing to launch
 
 
 def test_custom_mxu_dim() -> None:

@@ -69,7 +69,7 @@ def test_a_missing_or_empty_profile_folder_is_one_clear_line(tmp_path: Path, mon
 
 
 def test_registered_names() -> None:
-    assert hardware_names() == ["meshslice-sim", "meshslice-tpu-fit", "tpuv4"]
+    assert hardware_names() == ["meshslice-sim", "meshslice-tpu-fit", "tpuv4", "tpuv4-wire"]
 
 
 def test_every_yaml_in_configs_hardware_loads() -> None:
@@ -79,7 +79,7 @@ def test_every_yaml_in_configs_hardware_loads() -> None:
         by_path = load_hardware(str(path))
         assert by_path.name == path.stem
         assert load_hardware(path.stem) == by_path
-    assert [profile.name for profile in list_hardware()] == [path.stem for path in files]
+    assert [profile.name for profile in list_hardware()] == sorted(path.stem for path in files)
 
 
 def test_tpuv4_values() -> None:
@@ -95,8 +95,27 @@ def test_tpuv4_values() -> None:
     assert p.chip.accumulator_traffic is True
     assert p.ici.link_bandwidth == 45e9
     assert p.ici.hop_latency == 1e-6
-    assert p.ici.launch_overhead == 0.0
     assert p.overlap_slowdown == 1.0
+    # software costs from the authors' v4-32 fit (docs/hardware-profiles.md#tpuv4)
+    launch = p.ici.launch_overhead
+    assert (launch.all_gather, launch.reduce_scatter, launch.send_recv, launch.shift) == (13e-6, 26e-6, 58e-6, 58e-6)
+    assert p.ici.step_overhead + p.ici.hop_latency == pytest.approx(5e-6, rel=1e-12)  # the fit's lambda
+    assert p.ici.reduction_passes == 3
+    assert p.chip.op_overhead == 1e-6
+    assert p.overlap_limits.describe() == {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 1}
+    assert p.multi_axis == "dimensional"
+
+
+def test_tpuv4_wire_is_tpuv4_without_software_costs() -> None:
+    wire, tpu = load_hardware("tpuv4-wire"), load_hardware("tpuv4")
+    assert isinstance(wire, PhysicalProfile) and isinstance(tpu, PhysicalProfile)
+    assert wire.base == "tpuv4"
+    assert {value for _, value in wire.ici.launch_overhead} == {0.0}
+    assert (wire.ici.step_overhead, wire.ici.reduction_passes, wire.chip.op_overhead) == (0, 0, 0)
+    assert wire.overlap_limits.describe() == {}
+    assert wire.ici.model_copy(update={"launch_overhead": tpu.ici.launch_overhead, "step_overhead": 4e-6,
+                                       "reduction_passes": 3}) == tpu.ici
+    assert wire.chip.model_copy(update={"op_overhead": 1e-6}) == tpu.chip
 
 
 def test_meshslice_tpu_fit_values() -> None:
@@ -164,7 +183,7 @@ def test_unknown_name_lists_valid_names_and_suggests() -> None:
     with pytest.raises(UnknownNameError) as info:
         load_hardware("tpu-v4")
     assert info.value.message == (
-        "unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4"
+        "unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire"
     )
     assert info.value.suggestion == "did you mean 'tpuv4'?"
     assert info.value.exit_code == 2
@@ -191,7 +210,7 @@ def test_unknown_key_names_key_path_and_valid_keys(tmp_path: Path) -> None:
     err = _config_error(_write(tmp_path, "typo", text))
     assert err.message == (
         f"{tmp_path / 'typo.yaml'}: unknown key 'lnk_bandwidth' at ici; "
-        "valid keys: hop_latency, launch_overhead, link_bandwidth"
+        "valid keys: hop_latency, launch_overhead, link_bandwidth, max_chunks, reduction_passes, step_overhead"
     )
     assert err.suggestion == "did you mean 'link_bandwidth'?"
 
@@ -232,7 +251,7 @@ def test_unknown_base_name(tmp_path: Path) -> None:
     path = _write(tmp_path, "child", "base: tpu-v4\nname: child\ndescription: d\n")
     err = _config_error(path)
     assert err.message == (
-        f"{path}: base: unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4"
+        f"{path}: base: unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire"
     )
     assert err.suggestion == "did you mean 'tpuv4'?"
 
@@ -374,7 +393,23 @@ def test_scaled_physical_profile() -> None:
     assert isinstance(scaled, PhysicalProfile)
     assert scaled.ici.link_bandwidth == 90e9
     assert scaled.ici.hop_latency == 0.0
+    assert scaled.ici.step_overhead == tpu.ici.step_overhead  # the handshake has its own factor
     assert scaled.name == "tpuv4[beta*2,lambda*0]"
+
+
+def test_scaled_software_costs() -> None:
+    tpu = load_hardware("tpuv4")
+    scaled = scaled_profile(tpu, step=0.5, op=2.0, overhead=2.0)
+    assert isinstance(scaled, PhysicalProfile) and isinstance(tpu, PhysicalProfile)
+    assert scaled.ici.step_overhead == 2e-6
+    assert scaled.chip.op_overhead == 2e-6
+    assert scaled.ici.launch_overhead.all_gather == 26e-6
+    assert scaled.name == "tpuv4[alpha*2,step*0.5,op*2]"
+
+
+def test_handshake_factor_needs_a_physical_profile() -> None:
+    with pytest.raises(ConfigError, match="scale factor step=2 applies to physical profiles; 'meshslice-sim'"):
+        scaled_profile(load_hardware("meshslice-sim"), step=2.0)
 
 
 def test_scaled_profile_identity_is_the_profile() -> None:
@@ -389,6 +424,8 @@ def test_scaled_profile_identity_is_the_profile() -> None:
         ({"flops": -1.0}, "flops=-1.0 must be a finite number > 0"),
         ({"latency": -1.0}, "latency=-1.0 must be a finite number >= 0"),
         ({"overhead": float("inf")}, "overhead=inf must be a finite number >= 0"),
+        ({"step": -0.5}, "step=-0.5 must be a finite number >= 0"),
+        ({"op": float("nan")}, "op=nan must be a finite number >= 0"),
     ],
 )
 def test_scaled_profile_rejects_bad_factors(kwargs: dict[str, float], text: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
-from tpusim.config import TransformerModel
+from tpusim.config import PhysicalProfile, TransformerModel
 from tpusim.engine.overrides import parse_slow_links
 from tpusim.errors import InfeasibleError
 from tpusim.hardware import load_hardware
@@ -104,7 +104,9 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
     spec = CollectiveSpec(CollectiveOp.SHIFT, 1, 45_000_000)
     base = simulate_collective(spec, hardware, mapping)
     slowed = simulate_collective(spec, hardware, mapping, link_overrides=slow)
-    assert base.time_s == pytest.approx(1e-6 + 45e6 / 45e9, rel=1e-12)
+    assert isinstance(hardware, PhysicalProfile)
+    ici = hardware.ici
+    assert base.time_s == pytest.approx(ici.launch_overhead.shift + ici.step_overhead + 1e-6 + 45e6 / 45e9, rel=1e-12)
     assert slowed.time_s - base.time_s == pytest.approx(45e6 / 45e9, rel=1e-9)  # one link at half speed
     step = simulate_step(StepSpec(TINY, "collective", 32), hardware, mapping, link_overrides=slow)
     assert step.fidelity == "full"

@@ -52,12 +52,15 @@ def validate(args: argparse.Namespace) -> int:
         width = max(len(c.quantity) for c in results)
         print(f"{'quantity':<{width}}  {'reference':>12}  {'simulated':>12}  {'delta':>10}  {'tolerance':>9}")
         for c in results:
-            flag = "" if c.ok else "  MISS"
+            flag = "" if c.within else f"  explained: {c.explained}" if c.ok else "  MISS"
             print(f"{c.quantity:<{width}}  {c.reference:>12.4f}  {c.simulated:>12.4f}  {100 * c.delta:>+9.4f}%"
                   f"  {100 * c.tolerance:>8.4f}%{flag}")
-        deltas = [abs(c.delta) for c in results]
-        print(f"{len(results)} checks, mean |delta| {100 * sum(deltas) / len(deltas):.5f}%, "
-              f"max |delta| {100 * max(deltas):.5f}%, {len(failed)} over tolerance (times in us)")
+        for group in dict.fromkeys(c.group for c in results):
+            rows = [c for c in results if c.group == group]
+            deltas = [abs(c.delta) for c in rows]
+            print(f"{group}: {len(rows)} checks, mean |delta| {100 * sum(deltas) / len(deltas):.5f}%, "
+                  f"max |delta| {100 * max(deltas):.5f}%, {sum(not c.within for c in rows)} over tolerance "
+                  f"({sum(not c.ok for c in rows)} unexplained; times in us)")
     if failed:
         raise ValidationFailed(f"{len(failed)} validation check(s) exceeded their tolerance: "
                                + "; ".join(c.quantity for c in failed[:3]))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpusim.config import LaunchOverheads
 from tpusim.vocabulary import CollectiveOp, Ring
 
-__all__ = ["CollectiveCall", "RingShape"]
+__all__ = ["CollectiveCall", "PhysicalCosts", "RingShape"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,24 @@ class CollectiveCall:
     root: int = 0  # broadcast / reduce root; send-recv source
     offset: int = 0  # shift: data moves from rank r to rank r + offset; send-recv: destination rank
     ring: Ring = Ring.BIDIRECTIONAL
-    chunks: int = 1
+    chunks: int = 0  # pipelined chunks per message; 0: the operation's choice (1 on rings, optimal on chains)
+    variant: str = ""  # a schedule the physical network chose (e.g. "scatter-gather" for a broadcast)
+
+
+@dataclass(frozen=True)
+class PhysicalCosts:
+    """What the physical closed forms charge (docs/network.md#physical-closed-forms)."""
+
+    bandwidth: float  # one direction of one link, B/s
+    latency: float  # per hop on the wire, pipelined after serialization
+    step: float  # software handshake per transfer, holding the link
+    launch: LaunchOverheads  # per collective, holding nothing
+    reduce_per_byte: float  # seconds per byte a reduction adds at its destination
+    max_chunks: int  # most chunks a pipelined chain is cut into
+
+    def transfer(self, nbytes: float) -> float:
+        """How long one transfer of ``nbytes`` holds its link."""
+        return nbytes / self.bandwidth + self.step
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Runs a plan over the link arrays: one SimPy wake-up per distinct instant, numpy batches inside.
 
-Messages become ready when their predecessor has arrived (or at the start); each wake-up transmits every
+Messages become ready when their predecessor has arrived (and, in a reduction, been added) or at the start;
+each wake-up transmits every
 hop that is ready at that instant in one ``LinkArray.transmit`` call, then files what follows (the next
 hop of a multi-hop route, or the successor message) under its arrival time. On a uniform ring that is one
 wake-up per ring step, however many links the step uses. A rank is done when its last incoming message
@@ -25,9 +26,14 @@ Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message
 
 
 def execute_plan(
-    env: simpy.Environment, links: LinkArray, plan: Plan, on_rank_done: RankDone
+    env: simpy.Environment, links: LinkArray, plan: Plan, on_rank_done: RankDone, reduce_per_byte: float = 0.0,
 ) -> Generator[simpy.Event, Any, float]:
-    """SimPy process body: run ``plan`` from ``env.now``; report each rank's completion; return the end."""
+    """SimPy process body: run ``plan`` from ``env.now``; report each rank's completion; return the end.
+
+    In a plan that ``adds``, a message that reaches its destination is added into what the destination holds
+    (``reduce_per_byte`` seconds per byte) before the sum moves on or the rank is done.
+    """
+    adding = reduce_per_byte if plan.adds else 0.0
     start = env.now
     n = plan.size
     if len(plan.src) == 0:
@@ -54,6 +60,8 @@ def execute_plan(
                 idx, arrival = idx[done], arrival[done]
                 if not len(idx):
                     continue
+            if adding:
+                arrival = arrival + plan.nbytes[idx] * adding
             end = max(end, float(arrival.max()))
             dst = plan.dst[idx]
             np.maximum.at(last, dst, arrival)

@@ -83,6 +83,15 @@ class Network(ABC):
         """Run ``call`` on ``group`` of its axis from now; report the completion of at least the ``ranks``
         that have members running through ``done``."""
 
+    def resolve(self, call: CollectiveCall) -> CollectiveCall:
+        """The call with every choice this network makes for it filled in (none on an abstract ring)."""
+        return call
+
+    def schedule(self, call: CollectiveCall) -> str:
+        """How ``call`` moves its data on this network, for results."""
+        del call
+        return "abstract ring (calibrated)"
+
     def reserve(self, call: CollectiveCall, group: int, now: float) -> float:
         """Where ``fixed_durations``: hold the group's resources for the call from ``now``; return its end."""
         raise NotImplementedError(f"{type(self).__name__} has no fixed collective durations")

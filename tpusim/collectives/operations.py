@@ -1,11 +1,17 @@
 """One class per collective operation: its data semantics, its per-link plan, and its two closed forms.
 
 Every operation says what each rank holds afterwards (``apply``, from every rank's input in rank order; shapes
-follow the same rules with or without data), how its data moves over one group's ring or line (``build``,
-messages for a ``PlanBuilder``), how long that takes uncontended on a physical ring of directed links
-(``physical_time``, docs/network.md#physical-closed-forms) and under the MeshSlice authors' calibrated
-per-axis model (``calibrated_time``, docs/network.md#the-calibrated-network), and which directions of the
-abstract axis ring it holds there (``channels``).
+follow the same rules with or without data), how its data moves over one group's ring or line (``plans``:
+per-link messages, in phases that run one after another), how long that takes uncontended on a physical ring
+of directed links (``physical_time``, docs/network.md#physical-closed-forms) and under the MeshSlice authors'
+calibrated per-axis model (``calibrated_time``, docs/network.md#the-calibrated-network), and which directions
+of the abstract axis ring it holds there (``channels``).
+
+On a physical network each transfer holds its link for its bytes at the link bandwidth plus the software
+handshake of a step; the hop latency follows, pipelined; a reduction adds what arrives at the HBM rate before
+the sum moves on; every collective starts with its launch overhead. A broadcast or reduce is a pipelined chain
+cut into the chunk count that minimises its closed form, or a scatter and all-gather (reduce-scatter and
+gather) where that is faster (``resolve``; the result names the schedule).
 
 Bytes follow ``unit_bytes``: the per-rank shard for all-gather, the output shard for reduce-scatter and
 all-reduce, one part for all-to-all, the message for the rest.
@@ -13,22 +19,23 @@ all-reduce, one part for all-to-all, the message for the rest.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import ClassVar
 
-import numpy as np
-
-from tpusim.collectives.call import CollectiveCall, RingShape
-from tpusim.collectives.plans import PlanBuilder
-from tpusim.config import Calibration, IciSpec, OpCalibration
+from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
+from tpusim.collectives.plans import Path, Plan, PlanBuilder
+from tpusim.config import Calibration, OpCalibration
 from tpusim.engine.tensor import Tensor, add, concat
-from tpusim.topology import ring_way
+from tpusim.topology import RingEmbedding, ring_way
 from tpusim.vocabulary import CollectiveOp, Ring
 
-__all__ = ["OPERATIONS", "Operation", "operation"]
+__all__ = ["OPERATIONS", "RING_OPERATIONS", "SCATTER_GATHER", "Operation", "operation"]
+
+SCATTER_GATHER = "scatter-gather"
 
 
 def _uni(call: CollectiveCall, ring: RingShape) -> bool:
@@ -36,19 +43,26 @@ def _uni(call: CollectiveCall, ring: RingShape) -> bool:
     return call.ring is Ring.UNIDIRECTIONAL and ring.closed
 
 
-def _chain(nbytes: float, hops: int, chunks: int, bandwidth: float, latency: float) -> float:
-    """One message through ``hops`` store-and-forward links in ``chunks`` pipelined chunks."""
+def _chain(nbytes: float, hops: int, chunks: int, costs: PhysicalCosts, adds: bool) -> float:
+    """One message through ``hops`` store-and-forward links in ``chunks`` pipelined chunks (added at every hop
+    when ``adds``)."""
     if hops == 0:
         return 0.0
-    return (nbytes / bandwidth) * (1 + (hops - 1) / chunks) + hops * latency
+    piece = nbytes / chunks
+    t = costs.transfer(piece)
+    p = piece * costs.reduce_per_byte if adds else 0.0
+    return hops * (t + costs.latency + p) + (chunks - 1) * t
 
 
-def _ring_steps(steps: int, nbytes: float, chunks: int, bandwidth: float, latency: float) -> float:
-    """``steps`` one-hop ring steps of ``nbytes``, each chunk forwarded as soon as it arrives."""
+def _ring_steps(steps: int, nbytes: float, chunks: int, costs: PhysicalCosts, adds: bool) -> float:
+    """``steps`` one-hop ring steps of ``nbytes``, each chunk forwarded (after its addition) as soon as it
+    arrives; the last arrival is added too."""
     if steps == 0:
         return 0.0
-    t = nbytes / chunks / bandwidth
-    return (steps - 1) * max(t + latency, chunks * t) + chunks * t + latency
+    piece = nbytes / chunks
+    t = costs.transfer(piece)
+    p = piece * costs.reduce_per_byte if adds else 0.0
+    return (steps - 1) * max(t + costs.latency + p, chunks * t) + chunks * t + costs.latency + p
 
 
 def _fit_steps(fit: OpCalibration, axis: int, steps: int, nbytes: float) -> float:
@@ -65,6 +79,8 @@ class Operation(ABC):
     """A collective operation (see the module docstring)."""
 
     op: ClassVar[CollectiveOp]
+    adds: ClassVar[bool] = False
+    """Whether the data a rank receives is added into what it holds (a reduction)."""
 
     def unit_bytes(self, call: CollectiveCall, size: int) -> float:
         """The size the cost formulas use; the message for most operations."""
@@ -76,15 +92,28 @@ class Operation(ABC):
         del call, size
         return Tensor(tensor.shape, tensor.dtype)
 
-    def phases(self, call: CollectiveCall, size: int) -> list[CollectiveCall]:
-        """The calls run one after another on the links (two for an all-reduce)."""
-        del size
-        return [call]
-
     def channels(self, call: CollectiveCall, size: int) -> tuple[str, ...]:
         """Directions of the abstract axis ring the operation holds on the calibrated network."""
         del call, size
         return ("+", "-")
+
+    def resolve(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> CollectiveCall:
+        """The call with every choice the physical network makes filled in (one chunk unless asked)."""
+        del ring, costs
+        return call if call.chunks else replace(call, chunks=1)
+
+    def schedule(self, call: CollectiveCall) -> str:
+        """How a resolved call moves its data, for results."""
+        if call.ring is Ring.UNIDIRECTIONAL:
+            return "ring, whole shards one way"
+        return "ring, halves both ways"
+
+    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
+        """The per-link plan of each phase of a resolved call on one group."""
+        builder = PlanBuilder(emb, call.ring, adds=self.adds)
+        if builder.size > 1:
+            self.build(call, builder)
+        return [builder.finish(call.chunks)]
 
     @abstractmethod
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
@@ -95,15 +124,44 @@ class Operation(ABC):
         """Add the messages of one group (one phase) to ``plan``."""
 
     @abstractmethod
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
-        """Uncontended time on a ring of one-hop steps (``ring.size`` > 1), or None where no form is claimed."""
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
+        """Uncontended time of a resolved call on a ring of one-hop steps (``ring.size`` > 1), or None where no
+        form is claimed."""
 
     @abstractmethod
     def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
         """The authors' closed form on a logical axis of ``size`` > 1 chips."""
 
 
-class AllGather(Operation):
+class _RingCollective(Operation):
+    """All-gather and reduce-scatter: n - 1 ring steps (halves both ways on a closed ring)."""
+
+    def ring_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float:
+        """The data movement alone (no launch overhead)."""
+        return self.move_time(self.unit_bytes(call, ring.size), ring, call.chunks, _uni(call, ring), costs)
+
+    def move_time(self, unit: float, ring: RingShape, chunks: int, one_way: bool, costs: PhysicalCosts) -> float:
+        """The data movement of ``unit`` bytes per rank (the formulas' unit) over one ring or line."""
+        n = ring.size
+        if n <= 1:
+            return 0.0
+        if ring.closed:
+            return _ring_steps(n - 1, unit if one_way else unit / 2, chunks, costs, self.adds)
+        return self.line_time(unit, n, chunks, costs)
+
+    @abstractmethod
+    def line_time(self, s: float, n: int, chunks: int, costs: PhysicalCosts) -> float:
+        """The data movement on a line of ``n`` chips (no wraparound)."""
+
+    @abstractmethod
+    def build_on(self, unit: float, plan: PlanBuilder, path: Path) -> None:
+        """Add the messages of one ring or line of ``path``, ``unit`` bytes per rank (the formulas' unit)."""
+
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
+        return costs.launch.of(self.op) + self.ring_time(call, ring, costs)
+
+
+class AllGather(_RingCollective):
     op = CollectiveOp.ALL_GATHER
 
     def result_shape(self, call: CollectiveCall, tensor: Tensor, size: int) -> Tensor:
@@ -115,25 +173,21 @@ class AllGather(Operation):
         return [concat(inputs, call.dim)] * len(inputs)
 
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
-        unit = self.unit_bytes(call, plan.size)
-        if plan.closed:
-            plan.ring_both_ways(plan.size - 1, unit)
-        else:
-            plan.line_relay(lambda p: np.full(len(p), unit), True)
-            plan.line_relay(lambda p: np.full(len(p), unit), False)
+        plan.gather_all(self.unit_bytes(call, plan.size))
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
-        s = self.unit_bytes(call, ring.size)
-        half = s if _uni(call, ring) or not ring.closed else s / 2
-        return ici.launch_overhead + _ring_steps(ring.size - 1, half, call.chunks, ici.link_bandwidth,
-                                                 ici.hop_latency)
+    def build_on(self, unit: float, plan: PlanBuilder, path: Path) -> None:
+        plan.gather_all(unit, path)
+
+    def line_time(self, s: float, n: int, chunks: int, costs: PhysicalCosts) -> float:
+        return _ring_steps(n - 1, s, chunks, costs, False)
 
     def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
         return _fit_steps(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
 
 
-class ReduceScatter(Operation):
+class ReduceScatter(_RingCollective):
     op = CollectiveOp.REDUCE_SCATTER
+    adds = True
 
     def unit_bytes(self, call: CollectiveCall, size: int) -> float:
         return call.nbytes / size
@@ -147,50 +201,46 @@ class ReduceScatter(Operation):
         return list(add(inputs).split(call.dim, len(inputs)))
 
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
-        unit, n = self.unit_bytes(call, plan.size), plan.size
-        if plan.closed:
-            plan.ring_both_ways(n - 1, unit)
-            return
-        # a line reduces toward every rank from both ends: chains that queue on the end links
-        for dest in range(n - 1, 0, -1):
-            plan.chain(list(range(0, dest + 1)), unit)
-        for dest in range(0, n - 1):
-            plan.chain(list(range(n - 1, dest - 1, -1)), unit)
+        plan.scatter_reduce(self.unit_bytes(call, plan.size))
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
-        s, n = self.unit_bytes(call, ring.size), ring.size
-        bw, lat, c = ici.link_bandwidth, ici.hop_latency, call.chunks
-        if ring.closed:
-            return ici.launch_overhead + _ring_steps(n - 1, s if _uni(call, ring) else s / 2, c, bw, lat)
-        longest = _chain(s, n - 1, c, bw, lat)
-        shortest = (n - 2) * s / bw + _chain(s, 1, c, bw, lat)
-        return ici.launch_overhead + max(longest, shortest)
+    def build_on(self, unit: float, plan: PlanBuilder, path: Path) -> None:
+        plan.scatter_reduce(unit, path)
+
+    def line_time(self, s: float, n: int, chunks: int, costs: PhysicalCosts) -> float:
+        longest = _chain(s, n - 1, chunks, costs, True)
+        shortest = (n - 2) * chunks * costs.transfer(s / chunks) + _chain(s, 1, chunks, costs, True)
+        return max(longest, shortest)
 
     def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
         return _fit_steps(calibration.reduce_scatter, call.axis, size - 1, self.unit_bytes(call, size))
 
 
 class AllReduce(Operation):
-    """A reduce-scatter, then an all-gather of the reduced shards."""
+    """A reduce-scatter, then an all-gather of the reduced shards, under one launch."""
 
     op = CollectiveOp.ALL_REDUCE
 
     def unit_bytes(self, call: CollectiveCall, size: int) -> float:
         return call.nbytes / size
 
-    def phases(self, call: CollectiveCall, size: int) -> list[CollectiveCall]:
-        return [replace(call, op=CollectiveOp.REDUCE_SCATTER),
-                replace(call, op=CollectiveOp.ALL_GATHER, nbytes=call.nbytes // size)]
+    def halves(self, call: CollectiveCall, size: int) -> tuple[CollectiveCall, CollectiveCall]:
+        """The reduce-scatter and the all-gather it is made of."""
+        return (replace(call, op=CollectiveOp.REDUCE_SCATTER),
+                replace(call, op=CollectiveOp.ALL_GATHER, nbytes=call.nbytes // size))
+
+    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
+        return [plan for half in self.halves(call, len(emb.members)) for plan in OPERATIONS[half.op].plans(half, emb)]
 
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
         return [add(inputs)] * len(inputs)
 
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
-        raise AssertionError("an all-reduce is planned as its two phases")
+        raise AssertionError("an all-reduce is planned as its two halves")
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
-        parts = [OPERATIONS[p.op].physical_time(p, ring, ici) for p in self.phases(call, ring.size)]
-        return None if None in parts else sum(p for p in parts if p is not None)
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
+        scatter, gather = self.halves(call, ring.size)
+        return (costs.launch.of(self.op) + RING_OPERATIONS[scatter.op].ring_time(scatter, ring, costs)
+                + RING_OPERATIONS[gather.op].ring_time(gather, ring, costs))
 
     def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
         s = self.unit_bytes(call, size)
@@ -209,6 +259,9 @@ class AllToAll(Operation):
         parts = [t.split(call.dim, n) for t in inputs]
         return [concat([parts[src][dst] for src in range(n)], call.dim) for dst in range(n)]
 
+    def schedule(self, call: CollectiveCall) -> str:
+        return "ring relay, the remaining parts forwarded each step"
+
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
         unit, n = self.unit_bytes(call, plan.size), plan.size
         if plan.closed:
@@ -221,22 +274,70 @@ class AllToAll(Operation):
             plan.line_relay(lambda p: (n - 1 - p) * unit, True)
             plan.line_relay(lambda p: p * unit, False)
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
         if call.chunks > 1:
             return None  # chunks of different parts interleave on each link
-        part, n, bw, lat = self.unit_bytes(call, ring.size), ring.size, ici.link_bandwidth, ici.hop_latency
+        part, n = self.unit_bytes(call, ring.size), ring.size
+        launch, a, step = costs.launch.of(self.op), costs.latency, costs.step
         if ring.closed:
             ahead = n - 1 if _uni(call, ring) else n // 2
-            return ici.launch_overhead + sum(lat + (ahead - k) * part / bw for k in range(ahead))
-        return ici.launch_overhead + (n - 1) * lat + n * (n - 1) / 2 * part / bw
+            return launch + sum(a + costs.transfer((ahead - k) * part) for k in range(ahead))
+        return launch + (n - 1) * (a + step) + n * (n - 1) / 2 * part / costs.bandwidth
 
     def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
         # an assumption: the authors fitted no all-to-all; a ring of n-1 steps of one part on the AG fit
         return _fit_steps(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
 
 
-class _RootedChain(Operation):
-    """Broadcast and reduce: one message along the ring from (or to) the root, both ways where it can."""
+class _Rooted(Operation):
+    """Broadcast and reduce: a pipelined chain from (to) the root both ways round, or a scatter and an
+    all-gather (a reduce-scatter and a gather), whichever the closed forms say is faster."""
+
+    def reach(self, call: CollectiveCall, ring: RingShape) -> int:
+        """Hops of the longer of the two chains."""
+        n, root = ring.size, call.root % ring.size
+        if ring.closed:
+            return n - 1 if _uni(call, ring) else n // 2
+        return max(root, n - 1 - root)
+
+    def chain_chunks(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> int:
+        """The chunk count minimising the chain's closed form: its time is a + b / c + c s, s the handshake."""
+        hops, nbytes = self.reach(call, ring), self.unit_bytes(call, ring.size)
+        if hops <= 1:
+            return 1
+        spread = (hops - 1) * nbytes / costs.bandwidth + (hops * nbytes * costs.reduce_per_byte if self.adds else 0)
+        best = costs.max_chunks if costs.step <= 0 else math.sqrt(spread / costs.step)
+        candidates = {max(1, min(costs.max_chunks, c)) for c in (math.floor(best), math.ceil(best))}
+        return min(candidates, key=lambda c: (_chain(nbytes, hops, c, costs, self.adds), c))
+
+    def resolve(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> CollectiveCall:
+        if call.chunks or call.variant or ring.size <= 2:
+            return replace(call, chunks=call.chunks or 1)
+        chained = replace(call, chunks=self.chain_chunks(call, ring, costs))
+        split = replace(call, chunks=1, variant=SCATTER_GATHER)
+        # the scatter-gather form runs round a closed ring and needs a whole number of bytes per rank
+        if call.nbytes % ring.size or not ring.closed:
+            return chained
+        times = [(self.physical_time(c, ring, costs) or math.inf, index, c) for index, c in enumerate((chained, split))]
+        return min(times)[2]
+
+    def schedule(self, call: CollectiveCall) -> str:
+        if call.variant == SCATTER_GATHER:
+            return ("scatter, then ring all-gather" if self.op is CollectiveOp.BROADCAST
+                    else "ring reduce-scatter, then gather")
+        return f"pipelined chain, {call.chunks} chunk{'s' if call.chunks != 1 else ''}"
+
+    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
+        if call.variant != SCATTER_GATHER:
+            return super().plans(call, emb)
+        n = len(emb.members)
+        piece = call.nbytes / n
+        spread = PlanBuilder(emb, call.ring, adds=False)
+        spread.rooted(call.root % n, piece, outward=self.op is CollectiveOp.BROADCAST)
+        ring = PlanBuilder(emb, call.ring, adds=self.adds)
+        ring.ring_both_ways(n - 1, piece)
+        phases = [spread, ring] if self.op is CollectiveOp.BROADCAST else [ring, spread]
+        return [phase.finish(call.chunks) for phase in phases]
 
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
         n, root = plan.size, call.root % plan.size
@@ -250,14 +351,19 @@ class _RootedChain(Operation):
             if len(path) > 1:
                 plan.chain(path if self.op is CollectiveOp.BROADCAST else path[::-1], self.unit_bytes(call, n))
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
-        n, root = ring.size, call.root % ring.size
-        reach = (n - 1 if _uni(call, ring) else n // 2) if ring.closed else max(root, n - 1 - root)
-        return ici.launch_overhead + _chain(self.unit_bytes(call, n), reach, call.chunks, ici.link_bandwidth,
-                                            ici.hop_latency)
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
+        n = ring.size
+        launch = costs.launch.of(self.op)
+        if call.variant == SCATTER_GATHER:
+            piece = call.nbytes / n
+            far = n - 1 if _uni(call, ring) else n // 2
+            spread = far * (costs.transfer(piece) + costs.latency)
+            around = _ring_steps(n - 1, piece if _uni(call, ring) else piece / 2, 1, costs, self.adds)
+            return launch + spread + around
+        return launch + _chain(self.unit_bytes(call, n), self.reach(call, ring), call.chunks, costs, self.adds)
 
 
-class Broadcast(_RootedChain):
+class Broadcast(_Rooted):
     op = CollectiveOp.BROADCAST
 
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
@@ -267,8 +373,9 @@ class Broadcast(_RootedChain):
         return _fit_pipelined(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
 
 
-class Reduce(_RootedChain):
+class Reduce(_Rooted):
     op = CollectiveOp.REDUCE
+    adds = True
 
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
         total = add(inputs)
@@ -288,6 +395,9 @@ class _PointToPoint(Operation):
     def steps(self, call: CollectiveCall, ring: RingShape) -> int:
         src, dst = self.endpoints(call, ring.size)
         return ring_way(ring.size, src, dst, closed=ring.closed, forward_only=_uni(call, ring))[1]
+
+    def schedule(self, call: CollectiveCall) -> str:
+        return f"direct, {call.chunks} chunk{'s' if call.chunks != 1 else ''} store-and-forward"
 
     def channels(self, call: CollectiveCall, size: int) -> tuple[str, ...]:
         src, dst = self.endpoints(call, size)
@@ -317,7 +427,7 @@ class Shift(_PointToPoint):
             for p in range(n):
                 plan.direct(p, (p + call.offset) % n, self.unit_bytes(call, n))
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
         n, offset = ring.size, call.offset % ring.size
         if offset == 0:
             return 0.0
@@ -329,8 +439,7 @@ class Shift(_PointToPoint):
             shared = 1 < offset < n - 1
         if shared and call.chunks > 1:
             return None  # several messages cross each link and their chunks interleave
-        return ici.launch_overhead + _chain(self.unit_bytes(call, n), reach, call.chunks, ici.link_bandwidth,
-                                            ici.hop_latency)
+        return costs.launch.of(self.op) + _chain(self.unit_bytes(call, n), reach, call.chunks, costs, False)
 
 
 class SendRecv(_PointToPoint):
@@ -348,18 +457,21 @@ class SendRecv(_PointToPoint):
         if src != dst:
             plan.direct(src, dst, self.unit_bytes(call, plan.size))
 
-    def physical_time(self, call: CollectiveCall, ring: RingShape, ici: IciSpec) -> float | None:
+    def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
         reach = self.steps(call, ring)
         if reach == 0:
             return 0.0
-        return ici.launch_overhead + _chain(self.unit_bytes(call, ring.size), reach, call.chunks,
-                                            ici.link_bandwidth, ici.hop_latency)
+        return costs.launch.of(self.op) + _chain(self.unit_bytes(call, ring.size), reach, call.chunks, costs, False)
 
+
+RING_OPERATIONS: MappingProxyType[CollectiveOp, _RingCollective] = MappingProxyType({
+    CollectiveOp.ALL_GATHER: AllGather(), CollectiveOp.REDUCE_SCATTER: ReduceScatter(),
+})
 
 OPERATIONS: MappingProxyType[CollectiveOp, Operation] = MappingProxyType({
-    operation.op: operation
-    for operation in (AllGather(), ReduceScatter(), AllReduce(), AllToAll(), Broadcast(), Reduce(), Shift(),
-                      SendRecv())
+    **RING_OPERATIONS,
+    **{operation.op: operation
+       for operation in (AllReduce(), AllToAll(), Broadcast(), Reduce(), Shift(), SendRecv())},
 })
 
 

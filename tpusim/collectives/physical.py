@@ -5,7 +5,9 @@ A group collective waits out the launch overhead, then runs the per-link plan of
 all-reduce has two) through the executor: serialization holds a link, latency is pipelined after it
 (docs/network.md#links). Plans depend only on the call and the group's embedding and are memoised on the
 context. The twin is the operation's physical closed form where every ring step is one hop; multi-hop
-embeddings (split axes, odd snakes) share links between groups and have none.
+embeddings (split axes, odd snakes) share links between groups and have none. All-gathers, reduce-scatters
+and all-reduces over an axis of several whole physical axes take the dimensional schedule (module
+:mod:`tpusim.collectives.dimensional`) unless the profile asks for the snake ring.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from typing import Any
 import numpy as np
 import simpy
 
-from tpusim.collectives.call import CollectiveCall, RingShape
+from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
+from tpusim.collectives.dimensional import DIMENSIONAL_OPS, Dimensional
 from tpusim.collectives.executor import execute_plan
 from tpusim.collectives.network import LinkTotals, Network, RankDone
 from tpusim.collectives.operations import operation
-from tpusim.collectives.plans import Plan, PlanBuilder
+from tpusim.collectives.plans import Plan
 from tpusim.config import HardwareProfile, PhysicalProfile
 from tpusim.engine.links import LinkArray
 from tpusim.engine.trace import Tracer
 from tpusim.topology import MeshMapping, default_tpuv4_slice, map_mesh, parse_topology
+from tpusim.vocabulary import MultiAxis
 
 __all__ = ["PhysicalNetwork"]
 
@@ -61,8 +65,48 @@ class PhysicalNetwork(Network):
             for link, override in self.link_overrides.items():
                 bandwidth[link] *= override.bandwidth_factor
                 latency[link] *= override.latency_factor
-            found = self._links = LinkArray(bandwidth, latency)
+            found = self._links = LinkArray(bandwidth, latency, self.profile.ici.step_overhead)
         return found
+
+    @property
+    def costs(self) -> PhysicalCosts:
+        """What the closed forms charge on this network."""
+        ici, chip = self.profile.ici, self.profile.chip
+        return PhysicalCosts(
+            bandwidth=ici.link_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
+            launch=ici.launch_overhead,
+            reduce_per_byte=ici.reduction_passes / chip.hbm_bandwidth, max_chunks=ici.max_chunks,
+        )
+
+    def resolve(self, call: CollectiveCall) -> CollectiveCall:
+        """The call with the choices this network makes for it filled in (chunks, broadcast schedule)."""
+        memo = self.context.memo
+        key = ("resolved", call, self.ring(call.axis), self.costs)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = operation(call.op).resolve(call, self.ring(call.axis), self.costs)
+        resolved: CollectiveCall = found
+        return resolved
+
+    def schedule(self, call: CollectiveCall) -> str:
+        dimensional = self.dimensional(call)
+        if dimensional is not None:
+            return dimensional.describe(call)
+        return operation(call.op).schedule(self.resolve(call))
+
+    def dimensional(self, call: CollectiveCall) -> Dimensional | None:
+        """The dimensional schedule ``call`` takes, or None where it runs on the axis's ring
+        (docs/network.md#collectives-over-several-physical-axes)."""
+        if self.profile.multi_axis is not MultiAxis.DIMENSIONAL or call.op not in DIMENSIONAL_OPS:
+            return None
+        schedules: dict[int, Dimensional | None] | None = getattr(self, "_dimensional", None)
+        if schedules is None:
+            topology = self.mapping.topology
+            assert topology is not None
+            schedules = self._dimensional = {
+                axis.axis: Dimensional.of(axis, topology) for axis in self.mapping.axes
+            }
+        return schedules[call.axis]
 
     def ring(self, axis: int) -> RingShape:
         """The shape the closed forms see of one group of ``axis``."""
@@ -73,16 +117,24 @@ class PhysicalNetwork(Network):
         ring = self.ring(call.axis)
         if ring.size == 1:
             return 0.0
+        dimensional = self.dimensional(call)
+        if dimensional is not None:
+            return dimensional.time(self.resolve(call), self.costs)
         if ring.max_hops > 1:
             return None  # multi-hop embeddings mix route lengths and share links between groups
-        return operation(call.op).physical_time(call, ring, self.profile.ici)
+        return operation(call.op).physical_time(self.resolve(call), ring, self.costs)
 
     def asymmetry(self, *, overrides: bool) -> str | None:
         if overrides:
             return "per-chip or per-link overrides break the symmetry between chips"
+        topology = self.mapping.topology
+        assert topology is not None
         for axis in self.mapping.axes:
             if axis.size == 1:
                 continue
+            if (self.profile.multi_axis is MultiAxis.DIMENSIONAL and Dimensional.of(axis, topology) is not None
+                    and any(p.length > 2 and not p.is_cyclic(topology) for p in axis.pieces)):
+                return f"logical axis {axis.axis} crosses a physical axis without wraparound: ranks finish apart"
             if not axis.closed:
                 return f"logical axis {axis.axis} is a line (no wraparound): ranks finish at different times"
             if axis.max_hops != 1 or axis.embedding == "split":
@@ -96,13 +148,14 @@ class PhysicalNetwork(Network):
 
     def _run(self, env: simpy.Environment, call: CollectiveCall, group: int, done: RankDone
              ) -> Generator[simpy.Event, Any, None]:
-        overhead = self.profile.ici.launch_overhead
-        if overhead > 0:
-            yield env.timeout(overhead)
         phases = self.plans(call, group)
+        overhead = self.profile.ici.launch_overhead.of(call.op)
+        if overhead > 0 and any(len(plan.src) for plan in phases):  # nothing to move (a shift by 0): no launch
+            yield env.timeout(overhead)
+        adding = self.costs.reduce_per_byte
         for index, plan in enumerate(phases):
             last = index == len(phases) - 1
-            end = yield env.process(execute_plan(env, self.links, plan, done if last else _ignore))
+            end = yield env.process(execute_plan(env, self.links, plan, done if last else _ignore, adding))
             if not last and end > env.now:
                 yield env.timeout(end - env.now)
 
@@ -116,13 +169,10 @@ class PhysicalNetwork(Network):
             return hit[1]  # type: ignore[no-any-return]
         if len(memo) > _MEMO_LIMIT:
             memo.clear()
-        size = len(embedding.members)
-        plans = []
-        for phase in operation(call.op).phases(call, size):
-            builder = PlanBuilder(embedding, phase.ring)
-            if size > 1:
-                operation(phase.op).build(phase, builder)
-            plans.append(builder.finish(call.chunks))
+        dimensional = self.dimensional(call)
+        resolved = self.resolve(call)
+        plans = (operation(call.op).plans(resolved, embedding) if dimensional is None
+                 else dimensional.plans(resolved, embedding))
         memo[key] = (embedding, plans)
         return plans
 

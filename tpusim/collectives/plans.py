@@ -37,6 +37,7 @@ class Plan:
     pred: np.ndarray
     succ: np.ndarray
     incoming: np.ndarray  # messages finishing at each rank
+    adds: bool = False  # every message is added into what its destination holds (a reduction)
 
     @property
     def roots(self) -> np.ndarray:
@@ -47,11 +48,31 @@ class Plan:
         return int(self.hops.sum())
 
 
-class PlanBuilder:
-    """Accumulates one group's messages as array blocks; routes are ids into a table of link tuples."""
+@dataclass(frozen=True, eq=False)
+class Path:
+    """Ranks of a group in order along a ring or a line, with the route id between consecutive positions."""
 
-    def __init__(self, emb: RingEmbedding, ring: Ring) -> None:
+    ranks: np.ndarray
+    fwd: np.ndarray  # route id from position q to q + 1 (to position 0 from the last on a ring)
+    bwd: np.ndarray  # route id from position q to q - 1; -1 at position 0 of a line
+    closed: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+class PlanBuilder:
+    """Accumulates one group's messages as array blocks; routes are ids into a table of link tuples.
+
+    Ring and line steps run along a ``Path``: the group's own ring by default, or any sub-ring of its ranks
+    (``path``), so one plan can hold several rings that share no link.
+    """
+
+    def __init__(self, emb: RingEmbedding, ring: Ring, *, adds: bool = False) -> None:
         self.emb = emb
+        self.adds = adds
+        self.ring = ring
         self.size = len(emb.members)
         self.closed = emb.closed
         self.uni = ring is Ring.UNIDIRECTIONAL and emb.closed
@@ -65,6 +86,7 @@ class PlanBuilder:
         # bwd_ids[r]: links from rank r to rank r - 1
         self.bwd_ids = np.array([self._route_id(emb.bwd_routes[(r - 1) % links]) if (emb.closed or r > 0) else -1
                                  for r in range(n)], dtype=np.int64)
+        self.whole = Path(np.arange(n), self.fwd_ids, self.bwd_ids, emb.closed)
 
     def _route_id(self, route: tuple[int, ...]) -> int:
         rid = self._route_ids.get(route)
@@ -72,6 +94,17 @@ class PlanBuilder:
             rid = self._route_ids[route] = len(self.routes)
             self.routes.append(route)
         return rid
+
+    def path(self, ranks: list[int], forward: list[tuple[int, ...]], backward: list[tuple[int, ...]],
+             closed: bool) -> Path:
+        """A sub-ring (or sub-line) of the group: ``forward[q]`` links position q to q + 1, ``backward[q]`` the
+        reverse of that hop."""
+        m = len(ranks)
+        fwd = np.array([self._route_id(forward[q % len(forward)]) for q in range(m)] if forward else [-1] * m,
+                       dtype=np.int64)
+        bwd = np.array([self._route_id(backward[(q - 1) % len(backward)]) if (closed or q > 0) else -1
+                        for q in range(m)] if backward else [-1] * m, dtype=np.int64)
+        return Path(np.asarray(ranks, dtype=np.int64), fwd, bwd, closed)
 
     def _add_block(self, src: np.ndarray, dst: np.ndarray, route: np.ndarray, nbytes: np.ndarray | float,
                    pred: np.ndarray) -> np.ndarray:
@@ -93,46 +126,88 @@ class PlanBuilder:
         """One independent message from rank src to rank dst, along the ring's route between them."""
         self._add(src, dst, self.emb.route(src, dst, forward_only=self.uni), nbytes, -1)
 
-    def ring_steps(self, steps: int, sizes: list[float], forward: bool) -> None:
-        """Every rank forwards to its neighbour each step; step s carries sizes[s] bytes."""
-        n = self.size
-        ranks = np.arange(n)
-        dst = (ranks + 1) % n if forward else (ranks - 1) % n
-        routes = self.fwd_ids if forward else self.bwd_ids
-        feeder = (ranks - 1) % n if forward else (ranks + 1) % n  # who sent me what I forward
+    def ring_steps(self, steps: int, sizes: list[float], forward: bool, path: Path | None = None) -> None:
+        """Every position forwards to its neighbour each step; step s carries sizes[s] bytes."""
+        on = path or self.whole
+        m = on.size
+        here = np.arange(m)
+        there = (here + 1) % m if forward else (here - 1) % m
+        routes = on.fwd if forward else on.bwd
+        feeder = (here - 1) % m if forward else (here + 1) % m  # who sent me what I forward
         previous: np.ndarray | None = None
         for s in range(steps):
-            pred = np.full(n, -1) if previous is None else previous[feeder]
-            previous = self._add_block(ranks, dst, routes, sizes[s], pred)
+            pred = np.full(m, -1) if previous is None else previous[feeder]
+            previous = self._add_block(on.ranks, on.ranks[there], routes, sizes[s], pred)
 
-    def ring_both_ways(self, steps: int, unit: float) -> None:
+    def ring_both_ways(self, steps: int, unit: float, path: Path | None = None) -> None:
         """``steps`` ring steps of ``unit`` bytes: halves both ways (bidirectional) or whole ones forward."""
-        if self.uni:
-            self.ring_steps(steps, [unit] * steps, True)
+        if self.ring is Ring.UNIDIRECTIONAL:
+            self.ring_steps(steps, [unit] * steps, True, path)
             return
-        self.ring_steps(steps, [unit / 2] * steps, True)
-        self.ring_steps(steps, [unit / 2] * steps, False)
+        self.ring_steps(steps, [unit / 2] * steps, True, path)
+        self.ring_steps(steps, [unit / 2] * steps, False, path)
 
-    def line_relay(self, size_of: Callable[[np.ndarray], np.ndarray], forward: bool) -> None:
-        """Line steps: at step s, rank p forwards what p-1 (p+1) sent at step s-1; size_of(p) bytes."""
-        n = self.size
-        by_rank = np.full(n, -1)
-        for s in range(1, n):
-            senders = np.arange(s - 1, n - 1) if forward else np.arange(n - s, 0, -1)
+    def line_relay(self, size_of: Callable[[np.ndarray], np.ndarray], forward: bool, path: Path | None = None
+                   ) -> None:
+        """Line steps: at step s, position p forwards what p-1 (p+1) sent at step s-1; size_of(p) bytes."""
+        on = path or self.whole
+        m = on.size
+        by_position = np.full(m, -1)
+        for s in range(1, m):
+            senders = np.arange(s - 1, m - 1) if forward else np.arange(m - s, 0, -1)
             feeder = senders - 1 if forward else senders + 1
-            pred = by_rank[np.clip(feeder, 0, n - 1)] if s > 1 else np.full(len(senders), -1)
-            dst = senders + 1 if forward else senders - 1
-            routes = self.fwd_ids[senders] if forward else self.bwd_ids[senders]
-            index = self._add_block(senders, dst, routes, size_of(senders), pred)
-            by_rank = np.full(n, -1)
-            by_rank[senders] = index
+            pred = by_position[np.clip(feeder, 0, m - 1)] if s > 1 else np.full(len(senders), -1)
+            there = senders + 1 if forward else senders - 1
+            routes = on.fwd[senders] if forward else on.bwd[senders]
+            index = self._add_block(on.ranks[senders], on.ranks[there], routes, size_of(senders), pred)
+            by_position = np.full(m, -1)
+            by_position[senders] = index
 
-    def chain(self, ranks: list[int], nbytes: float) -> None:
-        """One message passed along consecutive ranks (broadcast, reduce, line reduce-scatter)."""
+    def gather_all(self, unit: float, path: Path | None = None) -> None:
+        """An all-gather of ``unit`` bytes per position: round the ring, or relayed both ways along a line."""
+        on = path or self.whole
+        if on.closed:
+            self.ring_both_ways(on.size - 1, unit, on)
+        else:
+            self.line_relay(lambda p: np.full(len(p), unit), True, on)
+            self.line_relay(lambda p: np.full(len(p), unit), False, on)
+
+    def chain(self, positions: list[int], nbytes: float, path: Path | None = None) -> None:
+        """One message passed along consecutive positions (broadcast, reduce, line reduce-scatter)."""
+        on = path or self.whole
+        m = on.size
         pred = -1
-        for a, b in itertools.pairwise(ranks):
-            rid = self.fwd_ids[a % self.size] if b > a else self.bwd_ids[a % self.size]
-            pred = self._add(a % self.size, b % self.size, self.routes[rid], nbytes, pred)
+        for a, b in itertools.pairwise(positions):
+            rid = on.fwd[a % m] if b > a else on.bwd[a % m]
+            pred = self._add(int(on.ranks[a % m]), int(on.ranks[b % m]), self.routes[rid], nbytes, pred)
+
+    def scatter_reduce(self, unit: float, path: Path | None = None) -> None:
+        """A reduce-scatter leaving ``unit`` bytes at each position: round the ring, or on a line chains that
+        reduce toward every position from both ends (they queue on the end links)."""
+        on = path or self.whole
+        m = on.size
+        if on.closed:
+            self.ring_both_ways(m - 1, unit, on)
+            return
+        for dest in range(m - 1, 0, -1):
+            self.chain(list(range(0, dest + 1)), unit, on)
+        for dest in range(0, m - 1):
+            self.chain(list(range(m - 1, dest - 1, -1)), unit, on)
+
+    def rooted(self, root: int, piece: float, *, outward: bool) -> None:
+        """A scatter of one ``piece`` from ``root`` to every other rank (``outward``), or the gather of one piece
+        from every rank to the root: each piece along its own chain, both ways round a closed ring, the farthest
+        piece first on every link."""
+        n = self.size
+        if self.closed:
+            ahead = n - 1 if self.uni else n // 2
+            behind = n - 1 - ahead
+        else:
+            ahead, behind = n - 1 - root, root
+        for direction, reach in ((1, ahead), (-1, behind)):
+            for distance in range(reach, 0, -1):
+                path = [root + direction * q for q in range(distance + 1)]
+                self.chain(path if outward else path[::-1], piece)
 
     def finish(self, chunks: int) -> Plan:
         """The messages as a plan, each split into ``chunks`` chunks that pipeline across hops."""
@@ -166,4 +241,4 @@ def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
     has = pred >= 0
     succ[pred[has]] = np.flatnonzero(has)
     incoming = np.bincount(dst, minlength=n).astype(np.int64) if m else np.zeros(n, dtype=np.int64)
-    return Plan(n, src, dst, nbytes, route, hops, pred, succ, incoming)
+    return Plan(n, src, dst, nbytes, route, hops, pred, succ, incoming, builder.adds)

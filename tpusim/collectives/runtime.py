@@ -5,6 +5,11 @@ member joins, the instance starts (a collective launch is a rendezvous) on the n
 each rank's data is complete. Each member's handle fires then, carrying the tensor the operation's semantics
 give it. Instances whose members disagree on the operation are schedule bugs.
 
+A chip keeps at most the profile's overlap limit of collectives of each operation in flight
+(docs/network.md#overlap-limits): the k-th call of an operation joins its instance only when the chip's
+(k - limit)-th call of that operation has completed. Instances are matched in program order, whenever the
+joins happen.
+
 In symmetric fidelity only representative chips run; a collective starts once its group's representatives
 have joined, every other member presumed to have joined no later (they behave alike). A lone representative
 on a network with fixed durations needs no rendezvous at all: its handle is a plain timeout.
@@ -24,7 +29,7 @@ from tpusim.collectives.operations import operation
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import SimulationError
-from tpusim.vocabulary import Ring
+from tpusim.vocabulary import CollectiveOp, Ring
 
 __all__ = ["CollectiveRecord", "CollectiveRuntime"]
 
@@ -54,7 +59,7 @@ class CollectiveRuntime:
     """The collectives of one simulation, on ``network`` (default: the one the simulation's profile describes)."""
 
     def __init__(self, sim: Simulation, network: Network | None = None, *, ring: Ring = Ring.BIDIRECTIONAL,
-                 chunks: int = 1, representatives: Sequence[tuple[int, int]] | None = None) -> None:
+                 chunks: int = 0, representatives: Sequence[tuple[int, int]] | None = None) -> None:
         self.sim = sim
         self.network = network = network if network is not None else network_for(sim.hardware, sim.mapping)
         self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
@@ -62,6 +67,9 @@ class CollectiveRuntime:
         self._expected: dict[tuple[int, int], int] = {}
         self._direct = (self.representatives is not None and network.fixed_durations and sim.tracer is None
                         and sim.hardware.overlap_slowdown == 1.0)
+        self.limits = sim.hardware.overlap_limits
+        self._issued: dict[tuple[int, CollectiveOp], list[simpy.Event]] = {}  # the last calls, by chip and op
+        self._ends: dict[tuple[int, CollectiveOp], list[float]] = {}  # the same on the direct path
         for index in self.representatives or ():
             chip = sim.mapping.chip(*index)
             for axis in (0, 1):
@@ -85,6 +93,7 @@ class CollectiveRuntime:
         size = sim.mapping.shape[axis]
         if self._direct and self._expected.get((axis, group)) == 1 and size > 1:
             return self._submit_alone(chip, call, tensor, group, size)
+        handle = Pending(sim.env, operation(call.op).result_shape(call, tensor, size))
         seq = self._seq.get((chip, axis), 0)
         self._seq[(chip, axis)] = seq + 1
         key = (axis, group, seq)
@@ -96,7 +105,29 @@ class CollectiveRuntime:
                 f"collective mismatch on axis {axis}, group {group}, call #{seq}: chip {chip} issued "
                 f"{call.op} of {call.nbytes} B but the group started {instance.call.op} of {instance.call.nbytes} B"
             )
-        handle = Pending(sim.env, operation(call.op).result_shape(call, tensor, size))
+        gate = self._gate(chip, call.op, handle)
+        if gate is None or gate.processed:
+            self._join(instance, key, chip, rank, call, tensor, handle)
+        else:
+            sim.waiting[chip] = lambda: f"{call.op} on axis {axis}: waiting for an earlier {call.op} (overlap limit)"
+            gate.callbacks.append(lambda _: self._join(instance, key, chip, rank, call, tensor, handle))
+        return handle
+
+    def _gate(self, chip: int, op: CollectiveOp, handle: simpy.Event) -> simpy.Event | None:
+        """The earlier call of ``op`` on ``chip`` whose completion lets this one join, if the limit binds."""
+        limit = self.limits.of(op)
+        if limit is None:
+            return None
+        issued = self._issued.setdefault((chip, op), [])
+        gate = issued[-limit] if len(issued) >= limit else None
+        issued.append(handle)
+        del issued[:-limit]
+        return gate
+
+    def _join(self, instance: _Instance, key: tuple[int, int, int], chip: int, rank: int, call: CollectiveCall,
+              tensor: Tensor, handle: Pending) -> None:
+        sim = self.sim
+        axis, group, _ = key
         joined_at = sim.env.now
         handle.callbacks.append(
             lambda _: self.comm_spans.setdefault(chip, []).append((joined_at, sim.env.now))
@@ -104,19 +135,28 @@ class CollectiveRuntime:
         instance.inputs[rank] = tensor
         instance.handles[rank] = handle
         instance.chips[rank] = chip
-        sim.waiting[chip] = lambda: f"{call.op} on axis {axis} (group {group}, {len(instance.inputs)}/{size} joined)"
-        members = self._expected.get((axis, group), 0) if self.representative else size
+        sim.waiting[chip] = lambda: (f"{call.op} on axis {axis} (group {group}, "
+                                     f"{len(instance.inputs)}/{instance.size} joined)")
+        members = self._expected.get((axis, group), 0) if self.representative else instance.size
         if len(instance.inputs) == members:
             del self._open[key]
             self._start(instance)
-        return handle
 
     def _submit_alone(self, chip: int, call: CollectiveCall, tensor: Tensor, group: int, size: int
                       ) -> simpy.Event:
         """The symmetric fast path: the fixed duration on the group's resources, no per-member events."""
         env = self.sim.env
         now = env.now
-        end = self.network.reserve(call, group, now)
+        start = now
+        limit = self.limits.of(call.op)
+        if limit is not None:
+            ends = self._ends.setdefault((chip, call.op), [])
+            if len(ends) >= limit:
+                start = max(now, ends[-limit])
+        end = self.network.reserve(call, group, start)
+        if limit is not None:
+            ends.append(end)
+            del ends[:-limit]
         self.comm_spans.setdefault(chip, []).append((now, end))
         return PendingTimeout(env, end - now, operation(call.op).result_shape(call, tensor, size))
 

@@ -42,7 +42,7 @@ class CollectiveSpec:
     axis: int
     nbytes: int
     ring: Ring = Ring.BIDIRECTIONAL
-    chunks: int = 1
+    chunks: int = 0  # 0: the network's choice (one per message on rings, the fastest count for broadcasts)
     root: int = 0
     offset: int = 1  # shift distance, or send-recv destination rank
 
@@ -59,6 +59,7 @@ class CollectiveResult(ResultMixin):
     unit_bytes: float
     ring: str
     chunks: int
+    schedule: str
     hardware: str
     fidelity: str
     time_s: float
@@ -149,7 +150,8 @@ def simulate_collective(
     return CollectiveResult(
         op=str(spec.op), axis=spec.axis, group_size=n, groups=mapping.shape[1 - spec.axis],
         bytes=spec.nbytes, unit_bytes=operation(spec.op).unit_bytes(call, n), ring=str(spec.ring),
-        chunks=spec.chunks, hardware=hardware.name, fidelity="full", time_s=elapsed, analytic_time_s=twin,
+        chunks=network.resolve(call).chunks, schedule=network.schedule(call), hardware=hardware.name,
+        fidelity="full", time_s=elapsed, analytic_time_s=twin,
         bytes_sent=None if totals is None else totals.bytes_sent,
         max_link_bytes=None if totals is None else totals.max_link_bytes,
         max_link_utilisation=None if totals is None else totals.max_link_utilisation,

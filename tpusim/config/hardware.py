@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from tpusim.config.loader import Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
-from tpusim.vocabulary import Prefetch
+from tpusim.vocabulary import CollectiveOp, MultiAxis, Prefetch
 
 __all__ = [
     "CalibratedProfile",
@@ -21,7 +21,9 @@ __all__ = [
     "ChipSpec",
     "HardwareProfile",
     "IciSpec",
+    "LaunchOverheads",
     "OpCalibration",
+    "OverlapLimits",
     "PhysicalProfile",
     "ProfileDocument",
 ]
@@ -46,17 +48,75 @@ class ChipSpec(FrozenModel):
     """roofline: pad each dim to mxu_dim, max(FLOP / peak, HBM bytes / bandwidth); flops: 2mnk / peak."""
     accumulator_traffic: bool = True
     """Whether the roofline's HBM term counts the accumulator's read and write of the output."""
+    op_overhead: Seconds = 0.0
+    """Fixed time of every compute op (GeMM, vector or attention kernel) on top of its compute or HBM time."""
+
+
+def _every_op(value: object) -> object:
+    # one number for every collective is the short form of the mapping
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        return {name: value for name in _OPS}
+    return value
+
+
+_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "broadcast", "reduce", "shift", "send_recv")
+
+
+class LaunchOverheads(FrozenModel):
+    """Software cost of starting one collective, per operation (holds no link); one number sets them all."""
+
+    all_gather: Seconds = 0.0
+    reduce_scatter: Seconds = 0.0
+    all_reduce: Seconds = 0.0
+    all_to_all: Seconds = 0.0
+    broadcast: Seconds = 0.0
+    reduce: Seconds = 0.0
+    shift: Seconds = 0.0
+    send_recv: Seconds = 0.0
+
+    def of(self, op: CollectiveOp) -> float:
+        value: float = getattr(self, op.value.replace("-", "_"))
+        return value
+
+
+class OverlapLimits(FrozenModel):
+    """How many collectives of each operation may be in flight on one chip at once (absent: no limit)."""
+
+    all_gather: Count | None = None
+    reduce_scatter: Count | None = None
+    all_reduce: Count | None = None
+    all_to_all: Count | None = None
+    broadcast: Count | None = None
+    reduce: Count | None = None
+    shift: Count | None = None
+    send_recv: Count | None = None
+
+    def of(self, op: CollectiveOp) -> int | None:
+        value: int | None = getattr(self, op.value.replace("-", "_"))
+        return value
+
+    def describe(self) -> dict[str, int]:
+        """The limits that apply, by operation name."""
+        return {name.replace("_", "-"): value for name, value in self.model_dump().items() if value is not None}
 
 
 class IciSpec(FrozenModel):
-    """The inter-chip interconnect of a physical network."""
+    """The inter-chip interconnect of a physical network and the software costs of its collectives."""
 
     link_bandwidth: BytesPerSecond
     """One direction of one link (TPUv4: 45e9; the link carries as much again the other way)."""
     hop_latency: Seconds
-    """Per physical hop; pipelined, i.e. paid after serialization while the link is already free."""
-    launch_overhead: Seconds = 0.0
-    """Per collective; holds no link."""
+    """Per physical hop, on the wire; pipelined, i.e. paid after serialization while the link is already free."""
+    launch_overhead: Annotated[LaunchOverheads, BeforeValidator(_every_op)] = LaunchOverheads()
+    """Per collective, by operation; holds no link."""
+    step_overhead: Seconds = 0.0
+    """Software synchronisation of every transfer (each chunk of each ring step or hop) on top of the hop
+    latency; it holds the link, as the sender waits for the receiver's handshake before it sends."""
+    reduction_passes: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    """HBM bytes moved per byte a reduction adds (3: read two operands, write one), at the chip's HBM bandwidth;
+    0: reductions cost nothing."""
+    max_chunks: Count = 256
+    """Most chunks a pipelined broadcast or reduce is cut into (bounds simulation work where chunking is free)."""
 
 
 class OpCalibration(FrozenModel):
@@ -97,6 +157,19 @@ class HardwareProfile(FrozenModel):
     """MXU time multiplier while ICI DMA is active; 1.0 turns the effect off."""
     prefetch: Prefetch
     """The prefetch policy runs use unless told otherwise."""
+    overlap_limits: OverlapLimits = OverlapLimits()
+    """How many collectives of each operation may be in flight per chip (docs/network.md#overlap-limits)."""
+
+    @property
+    def limits_shown(self) -> str:
+        """The overlap limits as results record them: "all-gather=1,reduce-scatter=1" or "unlimited"."""
+        limits = self.overlap_limits.describe()
+        return ",".join(f"{op}={value}" for op, value in limits.items()) or "unlimited"
+
+    @property
+    def multi_axis_shown(self) -> str | None:
+        """The multi-axis schedule as results record it; None where there are no physical axes."""
+        return None
 
 
 class PhysicalProfile(HardwareProfile):
@@ -106,6 +179,12 @@ class PhysicalProfile(HardwareProfile):
     ici: IciSpec
     prefetch: Prefetch = Prefetch.PREVIOUS_OP
     """Physically honest by default: a data-independent gather may start with the op before its GeMM."""
+    multi_axis: MultiAxis = MultiAxis.DIMENSIONAL
+    """How collectives run over a logical axis laid on several physical axes."""
+
+    @property
+    def multi_axis_shown(self) -> str | None:
+        return str(self.multi_axis)
 
 
 class CalibratedProfile(HardwareProfile):

@@ -28,7 +28,7 @@ from tpusim.config.loader import FrozenModel, Problem, first_error, problem, ren
 from tpusim.config.model import TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
-from tpusim.vocabulary import Choice, CollectiveOp, Dataflow, Fidelity, Prefetch, Recompute, Ring
+from tpusim.vocabulary import Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
 
 __all__ = [
     "FF_LAYERS",
@@ -197,7 +197,19 @@ def _choices(kind: type[Choice]) -> Callable[[Any], tuple[Choice, ...]]:
     return check
 
 
+def _overlap_limit(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == UNLIMITED:
+        return UNLIMITED
+    try:
+        return _count(value)
+    except PydanticCustomError:
+        raise problem(f"must be an integer >= 1 or {UNLIMITED!r}") from None
+
+
+UNLIMITED = "unlimited"
 Count = Annotated[int, BeforeValidator(_count), Field(json_schema_extra={"type": "integer", "minimum": 1})]
+OverlapLimit = Annotated[int | str, BeforeValidator(_overlap_limit),
+                         Field(json_schema_extra={"anyOf": [{"type": "integer", "minimum": 1}, {"const": UNLIMITED}]})]
 Index = Annotated[int, BeforeValidator(_index), Field(json_schema_extra={"type": "integer", "minimum": 0})]
 Positive = Annotated[float, BeforeValidator(_positive)]
 NonNegative = Annotated[float, BeforeValidator(_non_negative)]
@@ -212,6 +224,7 @@ PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
 OpName = Annotated[CollectiveOp, BeforeValidator(_choice(CollectiveOp))]
 RingName = Annotated[Ring, BeforeValidator(_choice(Ring))]
+MultiAxisName = Annotated[MultiAxis, BeforeValidator(_choice(MultiAxis))]
 HardwareRef = str | SkipJsonSchema[HardwareProfile]
 ModelRef = str | SkipJsonSchema[TransformerModel]
 
@@ -221,7 +234,8 @@ class Scale(FrozenModel):
 
     ``beta`` multiplies bandwidth (0.5 halves every link and calibrated bandwidth: slower communication);
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
-    ``flops`` multiplies the peak FLOP/s used for timing.
+    ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
+    a physical network, ``op`` the fixed launch time of every compute op.
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -229,6 +243,10 @@ class Scale(FrozenModel):
                               "(2: slower)")
     beta: Positive = Field(default=1.0, description="factor on every link and calibrated bandwidth (0.5: slower)")
     flops: Positive = Field(default=1.0, description="factor on the peak FLOP/s used for timing (0.5: slower)")
+    step: NonNegative = Field(default=1.0, description="factor on the software handshake of every physical "
+                              "transfer (2: slower)")
+    op: NonNegative = Field(default=1.0, description="factor on the fixed launch time of every compute op "
+                            "(2: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 
@@ -246,6 +264,12 @@ class Request(FrozenModel):
     kind: str
     hardware: HardwareRef = Field(description="hardware profile name (see 'tpusim list hardware') or YAML path")
     scale: Scale = Field(Scale(), description="multipliers on the profile's constants")
+    multi_axis: MultiAxisName | None = Field(None, description="collectives over a logical axis of several "
+                                             "physical axes: dimensional (every link) or snake (one ring); "
+                                             "default: the profile's")
+    overlap_limit: OverlapLimit | None = Field(None, description="all-gathers, reduce-scatters and all-reduces "
+                                               "each in flight per chip: an integer >= 1 or 'unlimited'; "
+                                               "default: the profile's")
 
 
 class _OnMesh(Request):
@@ -284,7 +308,8 @@ class CollectiveRequest(_OnMesh):
     axis: Axis = Field(description="0: the R chips sharing a column index; 1: the C chips sharing a row index")
     bytes: Size = Field(description="the whole tensor of one group (all-gather, reduce-scatter, all-reduce, "
                         "all-to-all) or the message (broadcast, reduce, shift, send-recv), e.g. 64MB or 8MiB")
-    chunks: Count = Field(1, description="pipelined chunks per message")
+    chunks: Count | None = Field(None, description="pipelined chunks per message (default: one on rings; for "
+                                 "broadcast and reduce the count that minimises their closed form)")
     ring: RingName = Field(Ring.BIDIRECTIONAL, description="ring variant: bi (halves both ways) or uni")
     root: Index = Field(0, description="broadcast/reduce root; send-recv source rank")
     offset: int = Field(1, description="shift distance; send-recv destination rank")

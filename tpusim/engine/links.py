@@ -1,12 +1,11 @@
 """Directed ICI links as arrays: serialization holds a link, latency is pipelined after it.
 
-Every directed link keeps the time it is next free, the bytes it carried and the time it was busy. A
-transfer of ``b`` bytes that becomes ready at ``now`` starts when the link is free, holds it for
-``b / bandwidth`` and arrives ``latency`` after it leaves the link, when the link is already free for the
-next transfer (ASTRA-sim's congestion-aware link). Reservations are made at the simulated time the
-data becomes ready, so concurrent traffic queues first-come first-served, exactly as a FIFO resource
-would, without a process per transfer. Batches are numpy arrays: one call moves every chunk that becomes
-ready at the same instant.
+Every directed link keeps the time it is next free, the bytes it carried and the time it was busy. A transfer of ``b``
+bytes that becomes ready at ``now`` starts when the link is free, holds it for ``b / bandwidth`` (plus a fixed
+per-transfer ``overhead``) and arrives ``latency`` after it leaves the link, when the link is already free for the
+next transfer (ASTRA-sim's congestion-aware link). Reservations are made at the simulated time the data becomes ready,
+so concurrent traffic queues first-come first-served, exactly as a FIFO resource would, without a process per
+transfer. Batches are numpy arrays: one call moves every chunk that becomes ready at the same instant.
 """
 
 from __future__ import annotations
@@ -31,9 +30,10 @@ TransferHook = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
 class LinkArray:
     """State of ``L`` directed links; ``bandwidth`` is one direction of one link, in B/s."""
 
-    def __init__(self, bandwidth: np.ndarray, latency: np.ndarray) -> None:
+    def __init__(self, bandwidth: np.ndarray, latency: np.ndarray, overhead: float = 0.0) -> None:
         self.bandwidth = np.asarray(bandwidth, dtype=np.float64)
         self.latency = np.asarray(latency, dtype=np.float64)
+        self.overhead = overhead  # seconds every transfer holds its link besides its bytes (a handshake)
         count = len(self.bandwidth)
         self.free_at = np.zeros(count)
         self.bytes = np.zeros(count)
@@ -50,7 +50,7 @@ class LinkArray:
 
         Transfers that share a link within the batch are serialized in batch order.
         """
-        duration = nbytes / self.bandwidth[links]
+        duration = nbytes / self.bandwidth[links] + self.overhead
         if len(links) > 1 and not _distinct(links):
             start, end = self._serialize(links, duration, now)
             np.add.at(self.bytes, links, nbytes)

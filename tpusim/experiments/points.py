@@ -17,7 +17,7 @@ from tpusim.config.requests import TuneRequest
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
 from tpusim.errors import UserError
-from tpusim.experiments.runners import RUNNERS, hardware_of
+from tpusim.experiments.runners import RUNNERS, request_hardware
 
 HEADLINE = ("step_time_s", "time_s", "analytic_time_s", "mfu", "compute_s", "exposed_comm_s", "idle_s",
             "memory_feasible", "feasible", "fidelity", "mesh", "slices", "dataflows", "evaluated", "simulated")
@@ -28,7 +28,7 @@ _POINT: TypeAdapter[Point] = TypeAdapter(Point)
 def _run(point: Point, context: Context) -> dict[str, Any]:
     if isinstance(point, TuneRequest):
         # families repeat the same tuning (headline, breakdown, sensitivity's baseline, weak scaling at 256)
-        profile = hardware_of(point.hardware, point.scale, context)
+        profile = request_hardware(point, context)
         key = cache_key("tune-point", point.model_dump(by_alias=True), profile)
         cached = context.timings.get(key)
         if cached is not None:

@@ -33,7 +33,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import GemmResult, simulate_gemm
-from tpusim.hardware import load_hardware, scaled_profile
+from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
@@ -54,8 +54,15 @@ def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
     factors = scale.factors() if scale is not None else {}
     if factors:
         profile = scaled_profile(profile, bandwidth=factors.get("beta", 1.0), latency=factors.get("lambda", 1.0),
-                                 overhead=factors.get("alpha", 1.0), flops=factors.get("flops", 1.0))
+                                 overhead=factors.get("alpha", 1.0), flops=factors.get("flops", 1.0),
+                                 step=factors.get("step", 1.0), op=factors.get("op", 1.0))
     return profile
+
+
+def request_hardware(request: Request, context: Context | None = None) -> HardwareProfile:
+    """The profile a request runs on: named, scaled, and with its collective switches applied."""
+    profile = hardware_of(request.hardware, request.scale, context)
+    return with_collective_switches(profile, multi_axis=request.multi_axis, overlap_limit=request.overlap_limit)
 
 
 def model_of(model: str | TransformerModel, context: Context | None = None) -> TransformerModel:
@@ -65,7 +72,7 @@ def model_of(model: str | TransformerModel, context: Context | None = None) -> T
 
 
 def _placed(request: _OnMesh, context: Context | None) -> tuple[HardwareProfile, MeshMapping]:
-    profile = hardware_of(request.hardware, request.scale, context)
+    profile = request_hardware(request, context)
     rows, cols = request.shape
     return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map)
 
@@ -78,7 +85,7 @@ def run_collective(request: CollectiveRequest, context: Context | None = None,
                    tracer: Tracer | None = None) -> CollectiveResult:
     """One collective on every group of ``request.axis``."""
     profile, mapping = _placed(request, context)
-    spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks,
+    spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks or 0,
                           request.root, request.offset)
     return simulate_collective(spec, profile, mapping, tracer=tracer,
                                chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
@@ -139,7 +146,7 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
     from tpusim.tuning.search import TuneSpec, tune
 
     spec = TuneSpec(
-        model=model_of(request.model, context), hardware=hardware_of(request.hardware, request.scale, context),
+        model=model_of(request.model, context), hardware=request_hardware(request, context),
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, fidelity=request.fidelity,

@@ -21,22 +21,32 @@ from tpusim.units import MB, MiB, us
 
 @dataclass
 class Check:
+    """One reference number next to tpusim's, with the relative delta it may have (field meanings:
+    docs/validation.md#the-validation-table)."""
+
     quantity: str
     reference: float
     simulated: float
     tolerance: float  # relative
     unit: str = "us"
+    group: str = "model"  # "model": formulas and worked examples; "measurement": a fit to hardware measurements
+    explained: str = ""  # where the docs explain a known difference beyond the tolerance
 
     @property
     def delta(self) -> float:
         return (self.simulated - self.reference) / self.reference if self.reference else self.simulated
 
     @property
-    def ok(self) -> bool:
+    def within(self) -> bool:
         return abs(self.delta) <= self.tolerance
 
+    @property
+    def ok(self) -> bool:
+        """Within tolerance, or beyond it for a reason the docs explain."""
+        return self.within or bool(self.explained)
+
     def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "delta": self.delta, "ok": self.ok}
+        return {**asdict(self), "delta": self.delta, "within": self.within, "ok": self.ok}
 
 
 def toy_profile() -> HardwareProfile:
@@ -70,18 +80,18 @@ def checks() -> list[Check]:
     rows: list[Check] = []
     add = rows.append
     exact, rounded = 1e-9, 5e-5
-    # docs/network.md#physical-closed-forms: B = 45e9 per direction, a = 1 us, o = 0
+    # docs/network.md#physical-closed-forms: tpuv4-wire: B = 45e9 per direction, a = 1 us, no software costs
     add(Check("64 MB AG, 16-chip wrapped axis, bidirectional (physical ring, bidirectional)", 681.6666666666,
-              _collective("tpuv4", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
+              _collective("tpuv4-wire", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
     add(Check("same, unidirectional ring (physical ring, one way)", 1348.3333333333,
-              _collective("tpuv4", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z", ring="uni"),
+              _collective("tpuv4-wire", "16x16", 1, "all-gather", 64 * MB, "4x4x16", axis_map="x*y,z", ring="uni"),
               rounded))
     add(Check("same, 16-chip line (physical line)", 1348.3333333333,
-              _collective("tpuv4", "1x16", 1, "all-gather", 64 * MB, "mesh:16"), rounded))
+              _collective("tpuv4-wire", "1x16", 1, "all-gather", 64 * MB, "mesh:16"), rounded))
     add(Check("64 MB all-reduce on the wrapped axis (physical all-reduce)", 1363.3333333333,
-              _collective("tpuv4", "16x16", 1, "all-reduce", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
+              _collective("tpuv4-wire", "16x16", 1, "all-reduce", 64 * MB, "4x4x16", axis_map="x*y,z"), rounded))
     add(Check("[1024,4096] bf16 AG over x of 4x4x4 (scaling-book example)", 20.48,
-              _collective("tpuv4", "4x16", 0, "all-gather", 1024 * 4096 * 2 // 4, "4x4x4", axis_map="x,y*z"),
+              _collective("tpuv4-wire", "4x16", 0, "all-gather", 1024 * 4096 * 2 // 4, "4x4x4", axis_map="x,y*z"),
               1e-3))
     # docs/network.md#the-calibrated-network: the authors' calibrated model, s = 1 MiB shard
     s = MiB
@@ -126,8 +136,35 @@ def checks() -> list[Check]:
     return rows
 
 
+MEASURED_SLICE = "2x2x4"  # a Cloud TPU v4-32: 4 hosts of 4 chips, no wraparound
+MEASURED_AXES = "z,x*y"  # axis 0 the line of 4 hosts, axis 1 one host's 2x2 block
+MEASURED_SHARDS = tuple(MiB << i for i in range(8))  # 1 MiB .. 128 MiB
+MEASURED_OPS = ("all-gather", "reduce-scatter", "send-recv")
+_EXPLAINED = "docs/validation.md#where-the-v4-32-fit-and-the-model-differ"
+EXPLAINED_DIFFERENCES = frozenset({("all-gather", 0)})
+"""(operation, axis) pairs beyond 25% whose cause docs/validation.md explains."""
+
+
+def measured_checks(explained: frozenset[tuple[str, int]] = frozenset()) -> list[Check]:
+    """The physical ``tpuv4`` model next to the MeshSlice authors' fit to their v4-32 measurements, per logical
+    axis, operation and shard size; ``explained`` names the (operation, axis) pairs whose difference the docs
+    explain."""
+    rows = []
+    for axis in (0, 1):
+        where = "line of 4 along z" if axis == 0 else "2x2 block x*y"
+        for op in MEASURED_OPS:
+            for shard in MEASURED_SHARDS:
+                nbytes = shard if op == "send-recv" else 4 * shard
+                model = _collective("tpuv4", "4x4", axis, op, nbytes, MEASURED_SLICE, axis_map=MEASURED_AXES)
+                fit = _collective("meshslice-tpu-fit", "4x4", axis, op, nbytes)
+                rows.append(Check(f"v4-32 {op}, axis {axis} ({where}), {shard // MiB} MiB shard (measured fit)",
+                                  fit, model, 0.25, group="measurement",
+                                  explained=_EXPLAINED if (op, axis) in explained else ""))
+    return rows
+
+
 def run_validation(progress: Callable[[str], None] | None = None) -> list[Check]:
-    results = checks()
+    results = checks() + measured_checks(EXPLAINED_DIFFERENCES)
     if progress is not None:
         progress(f"{len(results)} checks")
     return results

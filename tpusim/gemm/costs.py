@@ -7,6 +7,7 @@ take" from the chip model, so every algorithm's twin is written once for both ki
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tpusim.collectives.call import CollectiveCall
@@ -41,6 +42,21 @@ class CostModel:
         if value is None:
             raise NoClosedForm(f"no closed form for {op} on axis {axis}")
         return value
+
+    def together(self, op: CollectiveOp, times: Sequence[float]) -> float:
+        """When the last of several collectives of ``op`` issued at once on one chip, in this order, ends: at most
+        the overlap limit of them run at a time, the next starting when the one ``limit`` places earlier ends
+        (docs/network.md#overlap-limits)."""
+        if not times:
+            return 0.0
+        limit = self.hardware.overlap_limits.of(op)
+        if limit is None or limit >= len(times):
+            return max(times)
+        ends: list[float] = []
+        for index, time in enumerate(times):
+            ends.append((ends[index - limit] if index >= limit else 0.0) + time)
+        return max(ends)
+
     def all_gather(self, axis: int, shard_elements: float) -> float:
         return self.collective(CollectiveOp.ALL_GATHER, axis, shard_elements)
 

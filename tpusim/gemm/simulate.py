@@ -51,6 +51,8 @@ class GemmResult(ResultMixin):
     variant: str | None
     prefetch: str
     hardware: str
+    multi_axis: str | None
+    overlap_limits: str
     fidelity: str
     time_s: float
     analytic_time_s: float | None
@@ -168,7 +170,8 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
-        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity=str(fidelity),
+        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name,
+        multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, fidelity=str(fidelity),
         time_s=run.elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
         idle_s=parts.idle, flops_per_chip=run.flops,
         bytes_sent=None if links is None else links.bytes_sent,
@@ -189,7 +192,8 @@ def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: Gem
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
-        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name, fidelity="analytic",
+        variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name,
+        multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, fidelity="analytic",
         time_s=twin, analytic_time_s=twin, compute_s=float("nan"), exposed_comm_s=float("nan"),
         idle_s=float("nan"), flops_per_chip=problem.flops / (mesh[0] * mesh[1]), bytes_sent=None,
         max_link_bytes=None, max_link_utilisation=None, transfers=0, events=0, mapping=mapping.describe(),

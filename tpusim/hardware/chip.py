@@ -1,7 +1,8 @@
 """Time of on-chip work (GeMMs, HBM-bound vector ops) as pure functions of a chip specification.
 
 The roofline GeMM pads every dimension to the MXU size and takes the larger of compute and HBM time; the
-``flops`` model is the MeshSlice authors' plain 2mnk / F. Nothing here knows about simulation time.
+``flops`` model is the MeshSlice authors' plain 2mnk / F. Every non-empty op also pays the chip's fixed
+``op_overhead`` (its launch, docs/chip.md#op-overhead). Nothing here knows about simulation time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class ChipModel:
     """Compute and HBM timing of one chip."""
 
     __slots__ = (
-        "accumulator_traffic", "gemm_model", "hbm_bandwidth", "hbm_capacity", "mxu_dim", "peak_flops",
+        "accumulator_traffic", "gemm_model", "hbm_bandwidth", "hbm_capacity", "mxu_dim", "op_overhead",
+        "peak_flops",
     )
 
     def __init__(self, chip: ChipSpec) -> None:
@@ -34,6 +36,7 @@ class ChipModel:
         self.mxu_dim: int = chip.mxu_dim
         self.gemm_model: str = chip.gemm_model
         self.accumulator_traffic: bool = chip.accumulator_traffic
+        self.op_overhead: float = chip.op_overhead
 
     def gemm_flops(self, m: int, n: int, k: int) -> float:
         """Model FLOPs of an (m x k) @ (k x n) product: 2mnk, without padding."""
@@ -53,21 +56,23 @@ class ChipModel:
         if m == 0 or n == 0 or k == 0:
             return 0.0
         if self.gemm_model == "flops":
-            return 2 * m * n * k / self.peak_flops
+            return self.op_overhead + 2 * m * n * k / self.peak_flops
         d = self.mxu_dim
         # The MXU processes whole d x d tiles, so a ragged edge costs as much as a full tile.
         compute = 2 * _pad(m, d) * _pad(n, d) * _pad(k, d) / self.peak_flops
         memory = self.gemm_hbm_bytes(m, n, k, in_bytes=in_bytes, out_bytes=out_bytes) / self.hbm_bandwidth
-        return max(compute, memory)
+        return self.op_overhead + max(compute, memory)
 
     def hbm_time(self, nbytes: float) -> float:
         """Seconds for elementwise/vector work that reads and writes ``nbytes`` in total from HBM."""
         if nbytes < 0:
             raise ValueError(f"byte count must be >= 0, got {nbytes}")
-        return nbytes / self.hbm_bandwidth
+        return self.op_overhead + nbytes / self.hbm_bandwidth if nbytes else 0.0
 
     def op_time(self, flops: float, hbm_bytes: float) -> float:
         """Seconds for a non-GeMM op (e.g. attention) bound by compute or by HBM, whichever is slower."""
         if flops < 0 or hbm_bytes < 0:
             raise ValueError(f"flops and bytes must be >= 0, got flops={flops}, hbm_bytes={hbm_bytes}")
-        return max(flops / self.peak_flops, hbm_bytes / self.hbm_bandwidth)
+        if not flops and not hbm_bytes:
+            return 0.0
+        return self.op_overhead + max(flops / self.peak_flops, hbm_bytes / self.hbm_bandwidth)

@@ -16,13 +16,15 @@ from tpusim.config.hardware import (
     CalibratedProfile,
     HardwareProfile,
     OpCalibration,
+    OverlapLimits,
     PhysicalProfile,
     ProfileDocument,
 )
 from tpusim.config.loader import deep_merge, load_yaml, validate
 from tpusim.errors import ConfigError, UnknownNameError
+from tpusim.vocabulary import MultiAxis
 
-__all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile"]
+__all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile", "with_collective_switches"]
 
 _WHAT = "hardware profile"
 _KINDS: MappingProxyType[object, type[HardwareProfile]] = MappingProxyType(
@@ -112,11 +114,14 @@ def scaled_profile(
     latency: float = 1.0,
     overhead: float = 1.0,
     flops: float = 1.0,
+    step: float = 1.0,
+    op: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
     ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
-    every lambda, ``overhead`` the launch overhead and every alpha, ``flops`` the peak FLOP/s used for timing.
+    every lambda, ``overhead`` every launch overhead and alpha, ``flops`` the peak FLOP/s used for timing,
+    ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op.
     HBM and the informational peak are untouched. The name records the factors, e.g.
     ``meshslice-sim[beta*0.5]``.
     """
@@ -124,26 +129,60 @@ def scaled_profile(
     _check_factor("latency", latency, allow_zero=True)
     _check_factor("overhead", overhead, allow_zero=True)
     _check_factor("flops", flops, allow_zero=False)
-    factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops}
+    _check_factor("step", step, allow_zero=True)
+    _check_factor("op", op, allow_zero=True)
+    factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
-    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops})
+    if step != 1.0 and not isinstance(profile, PhysicalProfile):
+        raise ConfigError(f"scale factor step={step:g} applies to physical profiles; {profile.name!r} has no "
+                          "per-transfer handshake (its per-step latency is lambda)")
+    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops,
+                                           "op_overhead": profile.chip.op_overhead * op})
     update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}
     if isinstance(profile, PhysicalProfile):
         update["ici"] = profile.ici.model_copy(
             update={
                 "link_bandwidth": profile.ici.link_bandwidth * bandwidth,
                 "hop_latency": profile.ici.hop_latency * latency,
-                "launch_overhead": profile.ici.launch_overhead * overhead,
+                "launch_overhead": profile.ici.launch_overhead.model_copy(
+                    update={name: value * overhead for name, value in profile.ici.launch_overhead}),
+                "step_overhead": profile.ici.step_overhead * step,
             }
         )
     elif isinstance(profile, CalibratedProfile):
         cal = profile.calibration
         update["calibration"] = cal.model_copy(
             update={
-                op: _scaled_op(getattr(cal, op), bandwidth, latency, overhead)
-                for op in ("all_gather", "reduce_scatter", "send_recv")
+                name: _scaled_op(getattr(cal, name), bandwidth, latency, overhead)
+                for name in ("all_gather", "reduce_scatter", "send_recv")
             }
         )
     return profile.model_copy(update=update)
+
+
+_LIMITED = ("all_gather", "reduce_scatter", "all_reduce")  # the operations XLA's scheduler limits
+
+
+def with_collective_switches(profile: HardwareProfile, *, multi_axis: MultiAxis | None = None,
+                             overlap_limit: int | str | None = None) -> HardwareProfile:
+    """``profile`` with a request's collective switches applied (None keeps the profile's choice).
+
+    ``overlap_limit`` is a count for all-gathers, reduce-scatters and all-reduces alike (the other operations
+    keep the profile's limits), or ``"unlimited"`` to lift every limit (docs/network.md#overlap-limits).
+    ``multi_axis`` applies to physical profiles only.
+    """
+    update: dict[str, object] = {}
+    if multi_axis is not None:
+        if not isinstance(profile, PhysicalProfile):
+            raise ConfigError(f"multi-axis {str(multi_axis)!r} applies to physical profiles; {profile.name!r} is "
+                              "calibrated (its abstract rings have no physical axes)")
+        update["multi_axis"] = multi_axis
+    if overlap_limit is not None:
+        if overlap_limit == "unlimited":
+            update["overlap_limits"] = OverlapLimits()
+        else:
+            update["overlap_limits"] = profile.overlap_limits.model_copy(
+                update=dict.fromkeys(_LIMITED, int(overlap_limit)))
+    return profile.model_copy(update=update) if update else profile

@@ -52,6 +52,8 @@ class StepResult(ResultMixin):
     model: str
     algorithm: str
     hardware: str
+    multi_axis: str | None
+    overlap_limits: str
     mesh: str
     chips: int
     batch: int
@@ -154,7 +156,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                              spec.bytes_per_param)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
-        model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name, mesh=f"{mesh[0]}x{mesh[1]}",
+        model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
+        multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
         chips=chips, batch=spec.batch, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,

@@ -40,6 +40,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import operand_blocks
+from tpusim.vocabulary import CollectiveOp
 
 TEXTBOOK = "textbook"
 HALVES = "bidirectional-halves"
@@ -185,7 +186,7 @@ class Cannon(GemmAlgorithm):
             "roll": max(costs.shift(axis, e, 1) for axis, e in moving + out),
             "skew": max(costs.shift(axis, e, n // 2) for axis, e in moving),
             "unskew": max([costs.shift(axis, e, n // 2) for axis, e in out], default=0.0),
-            "gather": max(costs.all_gather(axis, e) for axis, e in moving),
+            "gather": costs.together(CollectiveOp.ALL_GATHER, [costs.all_gather(axis, e) for axis, e in moving]),
             "half_roll": max(costs.shift(axis, e / 2, 1) for axis, e in (out or moving)),
             "out_gather": max([costs.all_gather(axis, e) for axis, e in out], default=0.0),
             "g_halves": g_halves,

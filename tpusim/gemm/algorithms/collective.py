@@ -15,7 +15,7 @@ from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.sharding import operand_blocks
-from tpusim.vocabulary import Prefetch
+from tpusim.vocabulary import CollectiveOp, Prefetch
 
 
 class CollectiveGemm(GemmAlgorithm):
@@ -64,4 +64,4 @@ class CollectiveGemm(GemmAlgorithm):
         r = costs.reduce_scatter(ctx.axis(roles.reduce.axis), m * n) if roles.reduce is not None else 0.0
         if ctx.params.prefetch is Prefetch.IDEAL:
             return early + max(g, late) + r
-        return max([*times.values(), 0.0]) + g + r
+        return costs.together(CollectiveOp.ALL_GATHER, list(times.values())) + g + r

@@ -32,6 +32,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import operand_blocks
+from tpusim.vocabulary import CollectiveOp
 
 
 def slice_count(params: GemmParams) -> int:
@@ -135,7 +136,8 @@ class MeshSlice(GemmAlgorithm):
         return gathers, r, costs.gemm(m, n, k)
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
-        """`main` branch: prologue max(gathers) (+ r), epilogue g, K-1 steady steps of max(gathers, r, g).
+        """`main` branch: prologue c (+ r), epilogue g, K-1 steady steps of max(c, r, g), with c the slice's gathers
+        together: the slowest, or their sum where the overlap limit admits one all-gather at a time.
 
         With ``compat_mean_overlap`` (the `simulation` branch), concurrent collectives cost their mean c:
         c + g + (K-1) max(c, g), c over both gathers (OS) or the gather and the reduce-scatter (LS, RS).
@@ -146,4 +148,5 @@ class MeshSlice(GemmAlgorithm):
             concurrent = gathers + ([r] if ctx.roles.reduce is not None else [])
             c = sum(concurrent) / len(concurrent)
             return c + g + (slices - 1) * max(c, g)
-        return max(gathers) + r + g + (slices - 1) * max(*gathers, r, g)
+        c = costs.together(CollectiveOp.ALL_GATHER, gathers)
+        return c + r + g + (slices - 1) * max(c, r, g)
