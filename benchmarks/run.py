@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tpusim.api as tp
+from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.network import place_mesh
+from tpusim.collectives.network import network_for, place_mesh
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation
@@ -36,7 +37,7 @@ from tpusim.gemm.simulate import analytic_gemm
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
-from tpusim.vocabulary import Dataflow, Prefetch
+from tpusim.vocabulary import CollectiveOp, Dataflow, Prefetch
 
 GROUP_BYTES = 64_000_000  # 64 MB per gathered tensor
 
@@ -53,9 +54,12 @@ class Measurement:
 Program = Callable[[Device], Any]
 
 
+WIRE = "tpuv4-wire"  # TPUv4 links without software costs: the model wire-only simulators use
+
+
 def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, dict[str, Any]]:
-    """Run ``program`` on every chip of ``mapping`` on ``tpuv4`` at full fidelity; (wall seconds, facts)."""
-    hardware = load_hardware("tpuv4")
+    """Run ``program`` on every chip of ``mapping`` on ``tpuv4-wire`` at full fidelity; (wall seconds, facts)."""
+    hardware = load_hardware(WIRE)
     begin = time.perf_counter()
     sim = Simulation(hardware, mapping)
     runtime = CollectiveRuntime(sim)
@@ -93,7 +97,19 @@ def allgather_torus_64x32_full_s() -> Measurement:
         yield dev.all_gather(row, axis=0)
 
     wall, info = _simulate(mapping, program)
-    return Measurement(wall, "s", info)
+    closed = _closed_form(mapping, [(1, GROUP_BYTES // 2048), (0, GROUP_BYTES // 64)])
+    return Measurement(wall, "s", {**info, "closed_form_s": closed})
+
+
+def _closed_form(mapping: MeshMapping, gathers: list[tuple[int, int]]) -> float:
+    """The summed twins of all-gathers run one after another, each (axis, bytes of each caller's shard)."""
+    network = network_for(load_hardware(WIRE), mapping)
+    total = 0.0
+    for axis, nbytes in gathers:
+        twin = network.twin(CollectiveCall(CollectiveOp.ALL_GATHER, axis, nbytes))
+        assert twin is not None
+        total += twin
+    return total
 
 
 def allgather_ring_2048_full_s() -> Measurement:
@@ -105,7 +121,7 @@ def allgather_ring_2048_full_s() -> Measurement:
         yield dev.all_gather(shard, axis=1)
 
     wall, info = _simulate(mapping, program)
-    return Measurement(wall, "s", info)
+    return Measurement(wall, "s", {**info, "closed_form_s": _closed_form(mapping, [(1, GROUP_BYTES // 2048)])})
 
 
 FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 256 x 2048 tokens
@@ -246,6 +262,10 @@ def run(names: list[str], repeat: int) -> dict[str, Any]:
         for k in range(repeat):
             print(f"{name}: run {k + 1}/{repeat} ...", file=sys.stderr, flush=True)
             runs.append(BENCHMARKS[name]())
+            closed = runs[-1].info.get("closed_form_s")
+            if closed is not None and abs(runs[-1].info["simulated_s"] - closed) > 1e-9 * closed:
+                raise SystemExit(f"{name}: simulated {runs[-1].info['simulated_s']!r} s differs from its closed "
+                                 f"form {closed!r} s")
             print(f"{name}: {runs[-1].value:.6g} {runs[-1].unit}", file=sys.stderr, flush=True)
         figures[name] = {
             "median": statistics.median(m.value for m in runs),

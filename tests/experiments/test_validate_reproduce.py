@@ -38,7 +38,7 @@ def test_slice_sweep_family_writes_its_table_and_figure(tmp_path: Path) -> None:
     rows = list(csv.DictReader(output.csv.read_text().splitlines()))
     assert [(r["model"], r["requested_slices"]) for r in rows][:3] == [("gpt3-175b", "3"), ("gpt3-175b", "4"),
                                                                         ("gpt3-175b", "6")]
-    assert len(rows) == 13 and all(float(r["step_time_s"]) > 0 for r in rows)
+    assert len(rows) == 14 and all(float(r["step_time_s"]) > 0 for r in rows)
 
 
 def test_unknown_family_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -61,6 +61,9 @@ G = {"hardware": "meshslice-tpu-fit", "mesh": "2x2", "dataflow": "os", "m": 64, 
 S = {"model": "gpt3-175b", "hardware": "meshslice-sim", "algorithm": "meshslice"}
 C = {"hardware": "tpuv4", "topology": "4x4x4", "mesh": "8x8", "op": "all-gather", "bytes": "64MB"}
 HEADS_HINT = "use --allow-infeasible to time it anyway (heads padded, marked feasible: false)"
+CALIBRATED = ["collective", "--hardware", "meshslice-sim", "--mesh", "8x8", "--axis", "0", "--op", "all-gather",
+              "--bytes", "64MB"]
+CC = {"hardware": "meshslice-sim", "mesh": "8x8", "axis": 0, "op": "all-gather", "bytes": "64MB"}
 
 
 def _hardware_with(old: str, new: str) -> str:
@@ -222,9 +225,43 @@ CASES = [
          "unknown ring variant 'tri'; valid: bi, uni",
          lambda: api.collective(**C, axis=0, ring="tri"), UnknownNameError,
          "unknown ring variant 'tri'; valid: bi, uni"),
+    Case("unknown-multi-axis", [*COLLECTIVE, "--axis", "0", "--multi-axis", "diagonal"],
+         "unknown multi-axis schedule 'diagonal'; valid: dimensional, snake",
+         lambda: api.collective(**C, axis=0, multi_axis="diagonal"), UnknownNameError,
+         suggestion="did you mean 'dimensional'?"),
+    # ---- collective switches and software costs
+    Case("overlap-limit-zero", [*COLLECTIVE, "--axis", "0", "--overlap-limit", "0"],
+         "--overlap-limit '0' must be an integer >= 1 or 'unlimited'",
+         lambda: api.collective(**C, axis=0, overlap_limit=0), UserError,
+         "overlap_limit 0 must be an integer >= 1 or 'unlimited'"),
+    Case("overlap-limit-word", [*COLLECTIVE, "--axis", "0", "--overlap-limit", "many"],
+         "--overlap-limit 'many' must be an integer >= 1 or 'unlimited'",
+         lambda: api.collective(**C, axis=0, overlap_limit="many"), UserError,
+         "overlap_limit 'many' must be an integer >= 1 or 'unlimited'"),
+    Case("multi-axis-on-calibrated", [*CALIBRATED, "--multi-axis", "snake"],
+         "multi-axis 'snake' applies to physical profiles; 'meshslice-sim' is calibrated (its abstract rings have "
+         "no physical axes)", lambda: api.collective(**CC, multi_axis="snake"), ConfigError),
+    Case("scale-step-on-calibrated", [*CALIBRATED, "--scale-step", "2"],
+         "scale factor step=2 applies to physical profiles; 'meshslice-sim' has no per-transfer handshake (its "
+         "per-step latency is lambda)", lambda: api.collective(**CC, scale={"step": 2}), ConfigError),
+    Case("scale-step-negative", [*COLLECTIVE, "--axis", "0", "--scale-step", "-1"],
+         "--scale-step '-1' must be a finite number >= 0",
+         lambda: api.collective(**C, axis=0, scale={"step": -1}), UserError, "step -1 must be a finite number >= 0"),
+    Case("step-overhead-negative", [*COLLECTIVE, "--axis", "0", "--hardware", "step.yaml"],
+         "step.yaml: ici.step_overhead: time '-4 us' must be a finite number >= 0",
+         lambda: load_hardware("step.yaml"), ConfigError),
+    Case("op-overhead-negative", [*COLLECTIVE, "--axis", "0", "--hardware", "op.yaml"],
+         "op.yaml: chip.op_overhead: time '-1 us' must be a finite number >= 0",
+         lambda: load_hardware("op.yaml"), ConfigError),
+    Case("launch-overhead-nan", [*COLLECTIVE, "--axis", "0", "--hardware", "nan.yaml"],
+         "nan.yaml: ici.launch_overhead.all_gather: time nan must be a finite number >= 0",
+         lambda: load_hardware("nan.yaml"), ConfigError),
+    Case("overlap-limits-zero", [*COLLECTIVE, "--axis", "0", "--hardware", "limits.yaml"],
+         "limits.yaml: overlap_limits.all_gather: 0 is invalid: input should be greater than or equal to 1",
+         lambda: load_hardware("limits.yaml"), ConfigError),
     Case("unknown-scale-key", None, "",
          lambda: api.gemm(**G, algorithm="summa", scale={"bta": 2.0}), UnknownNameError,
-         "unknown scale key 'bta'; valid: alpha, beta, flops, lambda", suggestion="did you mean 'beta'?"),
+         "unknown scale key 'bta'; valid: alpha, beta, flops, lambda, op, step", suggestion="did you mean 'beta'?"),
 ]
 
 
@@ -235,6 +272,10 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         (tmp_path / name).write_text(text)
     (tmp_path / "unit.yaml").write_text(_hardware_with("link_bandwidth: 45e9", 'link_bandwidth: "45 GB"'))
     (tmp_path / "type.yaml").write_text(_hardware_with("hop_latency: 1e-6", "hop_latency: [1]"))
+    (tmp_path / "step.yaml").write_text(_hardware_with("step_overhead: 4 us", "step_overhead: -4 us"))
+    (tmp_path / "op.yaml").write_text(_hardware_with("op_overhead: 1 us", "op_overhead: -1 us"))
+    (tmp_path / "nan.yaml").write_text(_hardware_with("all_gather: 13 us", "all_gather: .nan"))
+    (tmp_path / "limits.yaml").write_text(_hardware_with("\n  all_gather: 1 ", "\n  all_gather: 0 "))
     (tmp_path / "locked.yaml").chmod(0)
     (tmp_path / "read-only").mkdir()
     (tmp_path / "read-only").chmod(0o555)

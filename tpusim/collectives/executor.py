@@ -1,11 +1,12 @@
-"""Runs a plan over the link arrays: one SimPy wake-up per distinct instant, numpy batches inside.
+"""Runs a program over the link arrays: one SimPy wake-up per distinct instant, numpy batches inside.
 
-Messages become ready when their predecessor has arrived (and, in a reduction, been added) or at the start;
-each wake-up transmits every
-hop that is ready at that instant in one ``LinkArray.transmit`` call, then files what follows (the next
-hop of a multi-hop route, or the successor message) under its arrival time. On a uniform ring that is one
-wake-up per ring step, however many links the step uses. A rank is done when its last incoming message
-has arrived; ranks that receive nothing are done when the whole plan is.
+Messages become ready when their predecessor has arrived (and, in a reduction, been added), when their group's
+previous phase has fully arrived (a gate, see ``batch``), or at the start. Each wake-up transmits every hop
+that is ready at that instant, for every group of the program, in one ``LinkArray.transmit`` call, then files
+what follows (the next hop of a multi-hop route, the successor message, the next phase) under its time. On
+uniform rings that is one wake-up per ring step, however many links and groups the step uses. A rank is done
+when its last incoming message of its group's last phase has arrived; ranks that receive nothing then are
+done when their group's program is.
 """
 
 from __future__ import annotations
@@ -18,67 +19,89 @@ from typing import Any
 import numpy as np
 import simpy
 
-from tpusim.collectives.plans import Plan
+from tpusim.collectives.batch import Program
 from tpusim.engine.links import LinkArray
 
 RankDone = Callable[[int, float], None]
 Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message indices, hop)
 
 
-def execute_plan(
-    env: simpy.Environment, links: LinkArray, plan: Plan, on_rank_done: RankDone, reduce_per_byte: float = 0.0,
+def execute_program(
+    env: simpy.Environment, links: LinkArray, program: Program, on_rank_done: RankDone,
+    reduce_per_byte: float = 0.0,
 ) -> Generator[simpy.Event, Any, float]:
-    """SimPy process body: run ``plan`` from ``env.now``; report each rank's completion; return the end.
+    """SimPy process body: run ``program`` from ``env.now``; report each rank's completion; return the end.
 
-    In a plan that ``adds``, a message that reaches its destination is added into what the destination holds
+    A message of a reduction phase that reaches its destination is added into what the destination holds
     (``reduce_per_byte`` seconds per byte) before the sum moves on or the rank is done.
     """
-    adding = reduce_per_byte if plan.adds else 0.0
     start = env.now
-    n = plan.size
-    if len(plan.src) == 0:
-        for rank in range(n):
+    ranks = program.size * program.groups
+    if program.empty:
+        for rank in range(ranks):
             on_rank_done(rank, start)
         return start
-    remaining = plan.incoming.copy()
-    last = np.full(n, float(start))
+    adding = program.nbytes * (program.adds * reduce_per_byte) if reduce_per_byte else None
+    remaining = program.incoming.copy()
+    last = np.full(ranks, float(start))
+    group_end = np.full(program.groups, float(start))
+    gate_left = program.gate_count.copy()
+    gate_time = np.full(len(gate_left), float(start))
     heap: list[Filed] = []
     order = itertools.count()
-    _file(heap, order, plan.roots, np.full(len(plan.roots), float(start)), 0)
-    end = start
+    _file(heap, order, program.roots, np.full(len(program.roots), float(start)), 0)
     while heap:
         now = heap[0][0]
         if now > env.now:
             yield env.timeout(now - env.now)
         while heap and heap[0][0] == now:
             _, _, idx, hop = heapq.heappop(heap)
-            arrival = links.transmit(plan.route[idx, hop], plan.nbytes[idx], now)
-            more = plan.hops[idx] > hop + 1
+            arrival = links.transmit(program.route[idx, hop], program.nbytes[idx], now)
+            more = program.hops[idx] > hop + 1
             if more.any():
                 _file(heap, order, idx[more], arrival[more], hop + 1)
                 done = ~more
                 idx, arrival = idx[done], arrival[done]
                 if not len(idx):
                     continue
-            if adding:
-                arrival = arrival + plan.nbytes[idx] * adding
-            end = max(end, float(arrival.max()))
-            dst = plan.dst[idx]
-            np.maximum.at(last, dst, arrival)
-            np.subtract.at(remaining, dst, 1)
-            for rank in np.unique(dst[remaining[dst] == 0]).tolist():
-                on_rank_done(rank, float(last[rank]))
-            nxt = plan.succ[idx]
+            if adding is not None:
+                arrival = arrival + adding[idx]
+            np.maximum.at(group_end, program.slot[idx], arrival)
+            final = program.final[idx]
+            if final.any():
+                dst, reached = program.dst[idx[final]], arrival[final]
+                np.maximum.at(last, dst, reached)
+                np.subtract.at(remaining, dst, 1)
+                for rank in np.unique(dst[remaining[dst] == 0]).tolist():
+                    on_rank_done(rank, float(last[rank]))
+            nxt = program.succ[idx]
             follow = nxt >= 0
             if follow.any():
                 _file(heap, order, nxt[follow], arrival[follow], 0)
-    for rank in np.flatnonzero(plan.incoming == 0).tolist():
-        on_rank_done(rank, end)
-    return end
+            gates = program.gate_in[idx]
+            gated = gates >= 0
+            if gated.any():
+                _open_gates(heap, order, program, gates[gated], arrival[gated], gate_left, gate_time)
+    for rank in np.flatnonzero(program.incoming == 0).tolist():
+        on_rank_done(rank, float(group_end[rank // program.size]))
+    return float(group_end.max())
+
+
+def _open_gates(heap: list[Filed], order: itertools.count[int], program: Program, gates: np.ndarray,
+                arrival: np.ndarray, gate_left: np.ndarray, gate_time: np.ndarray) -> None:
+    """Count arrivals toward their phase gates; release the next phase of every gate that is complete."""
+    np.maximum.at(gate_time, gates, arrival)
+    np.subtract.at(gate_left, gates, 1)
+    for gate in np.unique(gates[gate_left[gates] == 0]).tolist():
+        released = program.gate_release[gate]
+        if len(released):
+            _file(heap, order, released, np.full(len(released), float(gate_time[gate])), 0)
 
 
 def _file(heap: list[Filed], order: itertools.count[int], idx: np.ndarray, times: np.ndarray, hop: int) -> None:
     """Queue message indices ``idx`` for ``hop`` at their times, one heap entry per distinct time."""
+    if not len(idx):
+        return
     first = times[0]
     if np.all(times == first):
         heapq.heappush(heap, (float(first), next(order), idx, hop))

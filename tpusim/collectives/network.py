@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 import simpy
@@ -84,8 +84,9 @@ class Network(ABC):
         that have members running through ``done``."""
 
     def resolve(self, call: CollectiveCall) -> CollectiveCall:
-        """The call with every choice this network makes for it filled in (none on an abstract ring)."""
-        return call
+        """The call with every choice this network makes for it filled in (one chunk unless asked, on an
+        abstract ring)."""
+        return call if call.chunks else replace(call, chunks=1)
 
     def schedule(self, call: CollectiveCall) -> str:
         """How ``call`` moves its data on this network, for results."""

@@ -102,8 +102,10 @@ class Operation(ABC):
         del ring, costs
         return call if call.chunks else replace(call, chunks=1)
 
-    def schedule(self, call: CollectiveCall) -> str:
-        """How a resolved call moves its data, for results."""
+    def schedule(self, call: CollectiveCall, ring: RingShape) -> str:
+        """How a resolved call moves its data over one group shaped ``ring``, for results."""
+        if not ring.closed:
+            return "line, whole shards relayed both ways"
         if call.ring is Ring.UNIDIRECTIONAL:
             return "ring, whole shards one way"
         return "ring, halves both ways"
@@ -259,8 +261,8 @@ class AllToAll(Operation):
         parts = [t.split(call.dim, n) for t in inputs]
         return [concat([parts[src][dst] for src in range(n)], call.dim) for dst in range(n)]
 
-    def schedule(self, call: CollectiveCall) -> str:
-        return "ring relay, the remaining parts forwarded each step"
+    def schedule(self, call: CollectiveCall, ring: RingShape) -> str:
+        return f"{'ring' if ring.closed else 'line'} relay, the remaining parts forwarded each step"
 
     def build(self, call: CollectiveCall, plan: PlanBuilder) -> None:
         unit, n = self.unit_bytes(call, plan.size), plan.size
@@ -321,7 +323,8 @@ class _Rooted(Operation):
         times = [(self.physical_time(c, ring, costs) or math.inf, index, c) for index, c in enumerate((chained, split))]
         return min(times)[2]
 
-    def schedule(self, call: CollectiveCall) -> str:
+    def schedule(self, call: CollectiveCall, ring: RingShape) -> str:
+        del ring
         if call.variant == SCATTER_GATHER:
             return ("scatter, then ring all-gather" if self.op is CollectiveOp.BROADCAST
                     else "ring reduce-scatter, then gather")
@@ -396,7 +399,8 @@ class _PointToPoint(Operation):
         src, dst = self.endpoints(call, ring.size)
         return ring_way(ring.size, src, dst, closed=ring.closed, forward_only=_uni(call, ring))[1]
 
-    def schedule(self, call: CollectiveCall) -> str:
+    def schedule(self, call: CollectiveCall, ring: RingShape) -> str:
+        del ring
         return f"direct, {call.chunks} chunk{'s' if call.chunks != 1 else ''} store-and-forward"
 
     def channels(self, call: CollectiveCall, size: int) -> tuple[str, ...]:

@@ -12,20 +12,22 @@ and all-reduces over an axis of several whole physical axes take the dimensional
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import simpy
 
+from tpusim.collectives.batch import Program, merge_phases
 from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
 from tpusim.collectives.dimensional import DIMENSIONAL_OPS, Dimensional
-from tpusim.collectives.executor import execute_plan
+from tpusim.collectives.executor import execute_program
 from tpusim.collectives.network import LinkTotals, Network, RankDone
 from tpusim.collectives.operations import operation
 from tpusim.collectives.plans import Plan
 from tpusim.config import HardwareProfile, PhysicalProfile
-from tpusim.engine.links import LinkArray
+from tpusim.engine.context import Context
+from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.trace import Tracer
 from tpusim.topology import MeshMapping, default_tpuv4_slice, map_mesh, parse_topology
 from tpusim.vocabulary import MultiAxis
@@ -40,6 +42,11 @@ class PhysicalNetwork(Network):
 
     rank_independent = False
     fixed_durations = False
+
+    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
+                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
+        super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
+        self._starting: dict[CollectiveCall, list[tuple[int, RankDone]]] = {}  # groups starting this instant
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
@@ -92,7 +99,7 @@ class PhysicalNetwork(Network):
         dimensional = self.dimensional(call)
         if dimensional is not None:
             return dimensional.describe(call)
-        return operation(call.op).schedule(self.resolve(call))
+        return operation(call.op).schedule(self.resolve(call), self.ring(call.axis))
 
     def dimensional(self, call: CollectiveCall) -> Dimensional | None:
         """The dimensional schedule ``call`` takes, or None where it runs on the axis's ring
@@ -143,21 +150,45 @@ class PhysicalNetwork(Network):
 
     def start(self, env: simpy.Environment, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
-        del ranks  # the plan reports every rank of the group
-        env.process(self._run(env, call, group, done))
+        del ranks  # the program reports every rank of the group
+        batch = self._starting.get(call)
+        if batch is None:
+            # groups that start the same call at this instant run as one program (module ``batch``)
+            batch = self._starting[call] = []
+            env.timeout(0).callbacks.append(lambda _: self._launch(env, call))
+        batch.append((group, done))
 
-    def _run(self, env: simpy.Environment, call: CollectiveCall, group: int, done: RankDone
+    def _launch(self, env: simpy.Environment, call: CollectiveCall) -> None:
+        batch = self._starting.pop(call)
+        dones = [done for _, done in batch]
+        program = self.program(call, tuple(group for group, _ in batch))
+        env.process(self._run(env, call, program, dones))
+
+    def _run(self, env: simpy.Environment, call: CollectiveCall, program: Program, dones: list[RankDone]
              ) -> Generator[simpy.Event, Any, None]:
-        phases = self.plans(call, group)
         overhead = self.profile.ici.launch_overhead.of(call.op)
-        if overhead > 0 and any(len(plan.src) for plan in phases):  # nothing to move (a shift by 0): no launch
+        if overhead > 0 and not program.empty:  # nothing to move (a shift by 0): no launch
             yield env.timeout(overhead)
-        adding = self.costs.reduce_per_byte
-        for index, plan in enumerate(phases):
-            last = index == len(phases) - 1
-            end = yield env.process(execute_plan(env, self.links, plan, done if last else _ignore, adding))
-            if not last and end > env.now:
-                yield env.timeout(end - env.now)
+        size = program.size
+
+        def done(rank: int, when: float) -> None:
+            dones[rank // size](rank % size, when)
+
+        yield env.process(execute_program(env, self.links, program, done, self.costs.reduce_per_byte))
+
+    def program(self, call: CollectiveCall, groups: tuple[int, ...]) -> Program:
+        """The merged program of ``call`` on ``groups``, memoised on the context."""
+        embeddings = tuple(self.mapping.axes[call.axis].groups[group] for group in groups)
+        memo = self.context.memo
+        key = ("program", tuple(id(e) for e in embeddings), call)
+        hit = memo.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], embeddings, strict=True)):
+            return hit[1]  # type: ignore[no-any-return]
+        if len(memo) > _MEMO_LIMIT:
+            memo.clear()
+        program = merge_phases([self.plans(call, group) for group in groups], self.mapping.shape[call.axis])
+        memo[key] = (embeddings, program)
+        return program
 
     def plans(self, call: CollectiveCall, group: int) -> list[Plan]:
         """The per-link plan of each phase of ``call`` on ``group``, memoised on the context."""
@@ -201,6 +232,3 @@ class PhysicalNetwork(Network):
             transfers=links.transfers,
         )
 
-
-def _ignore(rank: int, when: float) -> None:
-    del rank, when

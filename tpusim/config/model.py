@@ -1,4 +1,4 @@
-"""Models of a transformer model file (``configs/models/*.yaml``): the dimensions that generate the workload."""
+"""Models of a transformer model file (``tpusim/data/models/*.yaml``): the dimensions that generate the workload."""
 
 from __future__ import annotations
 

@@ -46,6 +46,12 @@ def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.plot(ks, [d[1] for d in data], marker="o", label="step time")
         ax.plot(ks, [d[2] for d in data], marker="s", linestyle="--",
                 label="exposed communication (not hidden behind compute)")
+        if data:
+            best = min(data, key=lambda d: d[1])
+            ax.plot([best[0]], [best[1]], marker="*", markersize=14, color="#c44e52", linestyle="none",
+                    label="fastest K swept")
+            ax.annotate(f"K = {best[0]}: {best[1]:.3f} s", (best[0], best[1]), xytext=(0, 8),
+                        textcoords="offset points", ha="center", fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.xaxis.set_minor_locator(NullLocator())
@@ -103,9 +109,11 @@ SLICE_SWEEP = Family("slice-sweep", "MeshSlice step time against the slice count
 MESH_SHAPES = Family("mesh-shapes", "MeshSlice on five 2048-chip mesh shapes", _step_rows, _mesh_plot)
 
 
+SCALE_SYMBOLS = MappingProxyType({"alpha": "α", "lambda": "λ", "beta": "β", "step": "σ", "op": "op"})
+
+
 def _scale_label(scale: dict[str, float]) -> str:
-    changed = [f"{'β' if k == 'beta' else 'α' if k == 'alpha' else 'λ' if k == 'lambda' else k}x{v:g}"
-               for k, v in scale.items() if v != 1.0]
+    changed = [f"{SCALE_SYMBOLS.get(k, k)}x{v:g}" for k, v in scale.items() if v != 1.0]
     return ", ".join(changed) or "as calibrated"
 
 
@@ -141,18 +149,21 @@ def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # what each factor of the sensitivity labels scales, and which way makes communication slower
 SCALE_MEANING = MappingProxyType({
-    "α": ("overhead", "x2"),
-    "λ": ("latency", "x2"),
-    "β": ("bandwidth", "x0.5"),
+    "α": ("overhead", ("x2",)),
+    "λ": ("latency", ("x2",)),
+    "β": ("bandwidth", ("x0.5",)),
+    "σ": ("handshake", ("x2",)),
+    "op": ("op overhead", ("x4",)),
 })
 
 
 def _scale_tick(label: str) -> str:
     """A sensitivity label with, for one changed factor, what it scales and whether communication gets slower."""
     for symbol, (meaning, slower) in SCALE_MEANING.items():
-        if label.startswith(symbol) and "," not in label:
+        if label.startswith(symbol + "x") and "," not in label:
             factor = label[len(symbol):]
-            return f"{symbol} {factor}\n({meaning})\n{'slower' if factor == slower else 'faster'} comm"
+            what = "compute" if symbol == "op" else "comm"
+            return f"{symbol} {factor}\n({meaning})\n{'slower' if factor in slower else 'faster'} {what}"
     return label
 
 
@@ -191,8 +202,9 @@ def _sensitivity_plot(rows: list[dict[str, Any]], path: Path, title: str) -> Non
                "another 2D algorithm faster than MeshSlice"]
     note = ("Each communication constant of the hardware profile is multiplied by the factor shown, one at a time "
             "(as calibrated = unchanged): α = the launch overhead paid once per collective; λ = the latency paid "
-            "per ring step (per hop); β = the link bandwidth. β multiplies bandwidth, so β x0.5 means slower links "
-            "(and β x2 faster ones), while α x2 and λ x2 make communication slower. "
+            "per ring step (per hop); β = the link bandwidth; on physical profiles also σ = the software handshake "
+            "of every link transfer and op = the fixed cost of every compute op. β multiplies bandwidth, so β x0.5 "
+            "means slower links (and β x2 faster ones), while α x2, λ x2, σ x2 and op x4 make things slower. "
             "Bars: MeshSlice speedup over the fastest other 2D algorithm under that calibration (named above the "
             "bar), T_best_other / T_MeshSlice - 1.")
     save(fig, path, title, note=note, legend=(handles, labels))
