@@ -36,76 +36,127 @@ def execute_program(
     (``reduce_per_byte`` seconds per byte) before the sum moves on or the rank is done.
     """
     start = env.now
-    ranks = program.size * program.groups
     if program.empty:
-        for rank in range(ranks):
+        for rank in range(program.size * program.groups):
             on_rank_done(rank, start)
         return start
-    adding = program.nbytes * (program.adds * reduce_per_byte) if reduce_per_byte else None
-    remaining = program.incoming.copy()
-    last = np.full(ranks, float(start))
-    group_end = np.full(program.groups, float(start))
-    gate_left = program.gate_count.copy()
-    gate_time = np.full(len(gate_left), float(start))
-    heap: list[Filed] = []
-    order = itertools.count()
-    _file(heap, order, program.roots, np.full(len(program.roots), float(start)), 0)
+    run = _Run(links, program, on_rank_done, reduce_per_byte, start)
+    heap = run.heap
     while heap:
         now = heap[0][0]
         if now > env.now:
             yield env.timeout(now - env.now)
         while heap and heap[0][0] == now:
             _, _, idx, hop = heapq.heappop(heap)
-            arrival = links.transmit(program.route[idx, hop], program.nbytes[idx], now)
-            more = program.hops[idx] > hop + 1
-            if more.any():
-                _file(heap, order, idx[more], arrival[more], hop + 1)
-                done = ~more
-                idx, arrival = idx[done], arrival[done]
-                if not len(idx):
-                    continue
-            if adding is not None:
-                arrival = arrival + adding[idx]
-            np.maximum.at(group_end, program.slot[idx], arrival)
-            final = program.final[idx]
-            if final.any():
-                dst, reached = program.dst[idx[final]], arrival[final]
-                np.maximum.at(last, dst, reached)
-                np.subtract.at(remaining, dst, 1)
-                for rank in np.unique(dst[remaining[dst] == 0]).tolist():
-                    on_rank_done(rank, float(last[rank]))
-            nxt = program.succ[idx]
-            follow = nxt >= 0
-            if follow.any():
-                _file(heap, order, nxt[follow], arrival[follow], 0)
-            gates = program.gate_in[idx]
-            gated = gates >= 0
-            if gated.any():
-                _open_gates(heap, order, program, gates[gated], arrival[gated], gate_left, gate_time)
-    for rank in np.flatnonzero(program.incoming == 0).tolist():
-        on_rank_done(rank, float(group_end[rank // program.size]))
-    return float(group_end.max())
+            if len(idx) == 1:
+                run.advance_one(int(idx[0]), hop, now)
+            else:
+                run.advance(idx, hop, now)
+    return run.finish()
 
 
-def _open_gates(heap: list[Filed], order: itertools.count[int], program: Program, gates: np.ndarray,
-                arrival: np.ndarray, gate_left: np.ndarray, gate_time: np.ndarray) -> None:
-    """Count arrivals toward their phase gates; release the next phase of every gate that is complete."""
-    np.maximum.at(gate_time, gates, arrival)
-    np.subtract.at(gate_left, gates, 1)
-    for gate in np.unique(gates[gate_left[gates] == 0]).tolist():
-        released = program.gate_release[gate]
-        if len(released):
-            _file(heap, order, released, np.full(len(released), float(gate_time[gate])), 0)
+class _Run:
+    """The state of one program's execution: what each rank, group and gate still waits for."""
 
+    def __init__(self, links: LinkArray, program: Program, on_rank_done: RankDone, reduce_per_byte: float,
+                 start: float) -> None:
+        self.links = links
+        self.program = program
+        self.on_rank_done = on_rank_done
+        self.adding = program.nbytes * (program.adds * reduce_per_byte) if reduce_per_byte else None
+        self.remaining = program.incoming.copy()
+        self.last = np.full(program.size * program.groups, float(start))
+        self.group_end = np.full(program.groups, float(start))
+        self.gate_left = program.gate_count.copy()
+        self.gate_time = np.full(len(self.gate_left), float(start))
+        self.heap: list[Filed] = []
+        self.order = itertools.count()
+        self.file(program.roots, np.full(len(program.roots), float(start)), 0)
 
-def _file(heap: list[Filed], order: itertools.count[int], idx: np.ndarray, times: np.ndarray, hop: int) -> None:
-    """Queue message indices ``idx`` for ``hop`` at their times, one heap entry per distinct time."""
-    if not len(idx):
-        return
-    first = times[0]
-    if np.all(times == first):
-        heapq.heappush(heap, (float(first), next(order), idx, hop))
-        return
-    values, inverse = np.unique(times, return_inverse=True)
-    for k, value in enumerate(values.tolist()):
-        heapq.heappush(heap, (value, next(order), idx[inverse == k], hop))
+    def advance(self, idx: np.ndarray, hop: int, now: float) -> None:
+        """Transmit hop ``hop`` of messages ``idx``, all ready at ``now``, and file what follows."""
+        program = self.program
+        arrival = self.links.transmit(program.route[idx, hop], program.nbytes[idx], now)
+        more = program.hops[idx] > hop + 1
+        if more.any():
+            self.file(idx[more], arrival[more], hop + 1)
+            done = ~more
+            idx, arrival = idx[done], arrival[done]
+            if not len(idx):
+                return
+        if self.adding is not None:
+            arrival = arrival + self.adding[idx]
+        np.maximum.at(self.group_end, program.slot[idx], arrival)
+        final = program.final[idx]
+        if final.any():
+            dst, reached = program.dst[idx[final]], arrival[final]
+            np.maximum.at(self.last, dst, reached)
+            np.subtract.at(self.remaining, dst, 1)
+            for rank in np.unique(dst[self.remaining[dst] == 0]).tolist():
+                self.on_rank_done(rank, float(self.last[rank]))
+        nxt = program.succ[idx]
+        follow = nxt >= 0
+        if follow.any():
+            self.file(nxt[follow], arrival[follow], 0)
+        gates = program.gate_in[idx]
+        gated = gates >= 0
+        if gated.any():
+            gates, times = gates[gated], arrival[gated]
+            np.maximum.at(self.gate_time, gates, times)
+            np.subtract.at(self.gate_left, gates, 1)
+            for gate in np.unique(gates[self.gate_left[gates] == 0]).tolist():
+                self.open(gate)
+
+    def advance_one(self, i: int, hop: int, now: float) -> None:
+        """``advance`` for a single message, in scalars: the same steps without array overhead."""
+        program = self.program
+        arrival = self.links.transmit_one(int(program.route[i, hop]), float(program.nbytes[i]), now)
+        if program.hops[i] > hop + 1:
+            self.file_one(i, arrival, hop + 1)
+            return
+        if self.adding is not None:
+            arrival += float(self.adding[i])
+        slot = program.slot[i]
+        self.group_end[slot] = max(self.group_end[slot], arrival)
+        if program.final[i]:
+            dst = int(program.dst[i])
+            self.last[dst] = max(self.last[dst], arrival)
+            self.remaining[dst] -= 1
+            if self.remaining[dst] == 0:
+                self.on_rank_done(dst, float(self.last[dst]))
+        nxt = int(program.succ[i])
+        if nxt >= 0:
+            self.file_one(nxt, arrival, 0)
+        gate = int(program.gate_in[i])
+        if gate >= 0:
+            self.gate_time[gate] = max(self.gate_time[gate], arrival)
+            self.gate_left[gate] -= 1
+            if self.gate_left[gate] == 0:
+                self.open(gate)
+
+    def open(self, gate: int) -> None:
+        """Every message of a group's phase has arrived: release the group's next phase."""
+        released = self.program.gate_release[gate]
+        self.file(released, np.full(len(released), float(self.gate_time[gate])), 0)
+
+    def file(self, idx: np.ndarray, times: np.ndarray, hop: int) -> None:
+        """Queue message indices ``idx`` for ``hop`` at their times, one heap entry per distinct time."""
+        if not len(idx):
+            return
+        first = times[0]
+        if np.all(times == first):
+            heapq.heappush(self.heap, (float(first), next(self.order), idx, hop))
+            return
+        values, inverse = np.unique(times, return_inverse=True)
+        for k, value in enumerate(values.tolist()):
+            heapq.heappush(self.heap, (value, next(self.order), idx[inverse == k], hop))
+
+    def file_one(self, i: int, time: float, hop: int) -> None:
+        heapq.heappush(self.heap, (time, next(self.order), np.array([i]), hop))
+
+    def finish(self) -> float:
+        """Report the ranks that received nothing in their last phase; return the end of the program."""
+        program = self.program
+        for rank in np.flatnonzero(program.incoming == 0).tolist():
+            self.on_rank_done(rank, float(self.group_end[rank // program.size]))
+        return float(self.group_end.max())

@@ -67,6 +67,20 @@ class LinkArray:
         arrival: np.ndarray = end + self.latency[links]
         return arrival
 
+    def transmit_one(self, link: int, nbytes: float, now: float) -> float:
+        """``transmit`` for a single transfer, without array overhead (most wake-ups of a desynchronised
+        pipeline move one chunk)."""
+        duration = nbytes / float(self.bandwidth[link]) + self.overhead
+        start = max(float(self.free_at[link]), now)
+        end = start + duration
+        self.free_at[link] = end
+        self.bytes[link] += nbytes
+        self.busy[link] += duration
+        self.transfers += 1
+        if self.on_transfer is not None:
+            self.on_transfer(np.array([link]), np.array([start]), np.array([end]))
+        return end + float(self.latency[link])
+
     def _serialize(self, links: np.ndarray, duration: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(links, kind="stable")
         sorted_links = links[order]
