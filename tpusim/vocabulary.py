@@ -73,6 +73,7 @@ class Prefetch(Choice):
 class Recompute(Choice):
     """Which activations the backward pass recomputes instead of storing (docs/workloads.md#memory)."""
 
+    AUTO = "auto"  # the least recomputation whose memory fits in HBM (none where memory is ignored)
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"

@@ -108,7 +108,7 @@ def step_cases(draw: st.DrawFn) -> dict[str, Any]:
     rows, cols = draw(st.sampled_from([(4, 4), (8, 4), (4, 8)] if name == "meshslice-sim" else [(4, 4)]))
     algorithm = draw(st.sampled_from(["collective", "meshslice", "wang", "summa"] + (["cannon"] * (rows == cols))))
     return {"model": "gpt3-175b", "hardware": name, "topology": _topology(name, rows, cols),
-            "mesh": f"{rows}x{cols}", "algorithm": algorithm, "allow_infeasible": True,
+            "mesh": f"{rows}x{cols}", "algorithm": algorithm, "allow_infeasible": True, "ignore_memory": True,
             "dataflows": draw(st.lists(st.sampled_from(DATAFLOWS), min_size=4, max_size=4))}
 
 

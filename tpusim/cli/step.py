@@ -22,21 +22,20 @@ def run(args: argparse.Namespace) -> int:
     request = request_from_args(StepRequest, args)
     assert isinstance(request, StepRequest)
     result = run_step(request, args.context)
-    if not result.memory_feasible and not request.ignore_memory:
-        result.notes.append(f"memory over capacity by {format_size(result.memory_shortfall_bytes)} per chip; "
-                            "consider --recompute selective|full")
     if args.json:
         emit_json(result.to_dict())
         return 0
     print(f"{result.model} on {result.chips} chips ({result.mesh}), {result.algorithm}, {result.hardware}, "
           f"batch {result.batch}, fidelity {result.fidelity}")
-    print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%")
+    print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%   "
+          f"HFU {100 * result.hfu:.1f}%")
     print(f"  compute       {format_time(result.compute_s)}")
     print(f"  exposed comm  {format_time(result.exposed_comm_s)}")
     print(f"  idle          {format_time(result.idle_s)}")
     print(f"  dataflows     {', '.join(result.dataflows)}   slices {result.slices}")
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "
-          f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}")
+          f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
+          f"recompute {result.recompute}, {result.microbatches} micro-batch{'es' if result.microbatches > 1 else ''}")
     if not result.feasible:
         print("  infeasible    " + "; ".join(result.violations))
     for text in result.notes:

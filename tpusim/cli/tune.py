@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
 def _print(result: TuneResult) -> None:
     mode = "exhaustive" if result.exhaustive else "pruned"
     print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
-          f"prefetch {result.prefetch}, recompute {result.recompute}; {mode} search")
-    rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU")]
+          f"prefetch {result.prefetch}, recompute {result.recompute}, {result.microbatches} micro-batch"
+          f"{'es' if result.microbatches > 1 else ''}; {mode} search")
+    rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
             rows.append(_row(label, choice))
@@ -54,4 +55,4 @@ def _row(label: str, choice: Choice) -> tuple[str, ...]:
     transposed = " ".join("T" if t else "-" for t in choice.transposes)
     slices = " ".join("-" if k is None else str(k) for k in choice.slices)
     return (label, choice.mesh, " ".join(choice.dataflows), transposed, slices, format_time(choice.step_time_s),
-            f"{choice.mfu:.1%}")
+            f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")

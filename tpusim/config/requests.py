@@ -359,10 +359,13 @@ class StepRequest(_Algorithm):
     batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
                                    "symmetric")
-    recompute: RecomputeName = Field(Recompute.NONE, description="activation recomputation: none, selective, full")
+    recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
+                                     "fits in HBM), none, selective, full")
+    microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
-    ignore_memory: Flag = Field(False, description="do not note memory over capacity")
+    ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
+                                "means none)")
     allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, nearest K "
                                    "below) and mark it")
     all_layers: Flag = Field(False, description="simulate every layer instead of extrapolating")
@@ -381,7 +384,10 @@ class TuneRequest(Request):
     topology: str | None = Field(None, description="physical network (default: the TPUv4 slice for the chip count)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
                                           "profile's)")
-    recompute: RecomputeName = Field(Recompute.NONE, description="activation recomputation: none, selective, full")
+    recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
+                                     "fits in HBM), none, selective, full")
+    microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
+                                       "fit under full recomputation when nothing fits the whole batch)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
                                    "else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
@@ -389,7 +395,8 @@ class TuneRequest(Request):
     exhaustive: Flag = Field(False, description="simulate every feasible candidate instead of pruning with the "
                              "closed forms")
     refine_meshes: Count = Field(3, description="meshes whose candidates are simulated after analytic ranking")
-    ignore_memory: Flag = Field(False, description="consider configurations that overflow HBM")
+    ignore_memory: Flag = Field(False, description="consider configurations that overflow HBM (recompute auto then "
+                                "means none)")
     allow_infeasible: Flag = Field(False, description="also consider meshes that break the head or batch rules "
                                    "(heads padded)")
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "

@@ -34,6 +34,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import GemmResult, simulate_gemm
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
+from tpusim.model.memory import plan_memory
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
@@ -126,11 +127,14 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
         raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; "
                               "only 'meshslice' takes a slice count")
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
-    spec = StepSpec(transformer, algorithm.name, request.batch or mapping.num_chips, slices, dataflows,
+    batch = request.batch or mapping.num_chips
+    memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
+                         profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory)
+    spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), _prefetch(profile, request.prefetch), request.variant,
-                    request.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
+                    memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
-                    optimizer=request.optimizer)
+                    optimizer=request.optimizer, microbatches=memory.microbatches)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -149,8 +153,8 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
         model=model_of(request.model, context), hardware=request_hardware(request, context),
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
-        prefetch=request.prefetch, recompute=request.recompute, fidelity=request.fidelity,
-        exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
+        prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
+        fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,
     )

@@ -200,6 +200,18 @@ def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) 
     return gemm + 3 * attention_fwd
 
 
+def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: int, recompute: str) -> float:
+    """FLOPs the backward pass spends recomputing one block's forward (for HFU): the attention core under
+    ``selective``, the whole forward under ``full``."""
+    h, f, s = model.hidden, model.ffn, model.sequence
+    attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
+    if recompute == "selective":
+        return attention_fwd
+    if recompute == "full":
+        return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f) + attention_fwd
+    return 0.0
+
+
 def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:
     """Vocabulary padded to a multiple of 128 x R x C, so the LM head splits evenly (Megatron pads likewise)."""
     unit = 128 * mesh[0] * mesh[1]

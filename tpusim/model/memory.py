@@ -5,7 +5,12 @@ Adam moments) and are sharded over all chips. Stored activations follow Korthika
 "Reducing Activation Recomputation in Large Transformer Models", per layer with tensor parallelism t and
 sequence parallelism (everything sharded over the t = P chips): no recomputation s b h (34 + 5 a s / h) / t
 bytes; selective recomputation (attention recomputed) 34 s b h / t; full recomputation only each layer's
-input, 2 s b h / t.
+input, 2 s b h / t. A batch split into m micro-batches (gradients accumulated) stores the activations of one
+micro-batch at a time.
+
+``plan_memory`` makes a configuration fit: ``recompute auto`` takes the least recomputation that fits, and an
+open micro-batch count takes the fewest micro-batches that fit under full recomputation when no recomputation
+fits the whole batch (docs/workloads.md#memory).
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
+from tpusim.errors import InfeasibleError
+from tpusim.units import GB
 from tpusim.vocabulary import Recompute
+
+LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # least recomputation first
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,66 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
     return MemoryEstimate(params, per_layer * model.layers / chips, capacity_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How a step fits in HBM: its recomputation, its micro-batch count and the resulting estimate."""
+
+    recompute: Recompute
+    microbatches: int
+    estimate: MemoryEstimate
+
+
+def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
+                capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False) -> MemoryPlan:
+    """The recomputation and micro-batch count a step runs with (see the module docstring).
+
+    ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
+    ignored, a configuration that cannot fit raises ``InfeasibleError`` naming the smallest shortfall and what
+    would fit.
+    """
+    levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
+    counts = [microbatches] if microbatches is not None else [1]
+    if ignore_memory:
+        level, count = levels[0], counts[0]
+        return MemoryPlan(level, count, estimate_memory(model, chips, batch // count, level, capacity_bytes,
+                                                         bytes_per_param))
+    if microbatches is None:
+        counts += [m for m in range(2, batch + 1) if batch % m == 0]
+    tried: list[MemoryPlan] = []
+    for count in counts:
+        for level in levels if count == 1 else levels[-1:]:
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param)
+            found = MemoryPlan(level, count, estimate)
+            if estimate.feasible:
+                return found
+            tried.append(found)
+    smallest = min(tried, key=lambda plan: plan.estimate.shortfall_bytes)
+    raise InfeasibleError(_shortfall(model, chips, batch, recompute, microbatches, smallest),
+                          _what_fits(model, chips, batch, capacity_bytes, bytes_per_param))
+
+
+def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
+               smallest: MemoryPlan) -> str:
+    asked = f"recompute {recompute}" + (
+        f", {microbatches} micro-batch{'es' if microbatches != 1 else ''}" if microbatches else "")
+    estimate = smallest.estimate
+    return (f"{model.name} on {chips} chips (batch {batch}, {asked}) does not fit in HBM: the smallest shortfall is "
+            f"{estimate.shortfall_bytes / GB:.1f} GB per chip ({estimate.total_bytes / GB:.1f} GB of "
+            f"{estimate.capacity_bytes / GB:.1f} GB with recompute {smallest.recompute}, "
+            f"{smallest.microbatches} micro-batch{'es' if smallest.microbatches != 1 else ''})")
+
+
+def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float) -> str:
+    """The least change that fits, or why nothing on this many chips can."""
+    for count in (m for m in range(1, batch + 1) if batch % m == 0):
+        for level in LEVELS:
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param)
+            if estimate.feasible:
+                micro = f" --microbatches {count}" if count > 1 else ""
+                return (f"--recompute {level}{micro} fits ({estimate.total_bytes / GB:.1f} GB per chip); or "
+                        "--ignore-memory to time it anyway")
+    weights = estimate_memory(model, chips, 1, Recompute.FULL, capacity_bytes, bytes_per_param).parameters_bytes
+    return (f"the weights, gradients and optimizer state alone take {weights / GB:.1f} GB per chip; use more chips, "
+            "or --ignore-memory to time it anyway")

@@ -30,6 +30,7 @@ from tpusim.model.layer import (
     block_ops,
     ff_layers,
     model_flops_per_block,
+    recompute_flops_per_block,
     step_extras,
 )
 from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
@@ -59,6 +60,7 @@ class StepSpec:
     fidelity: Fidelity = Fidelity.AUTO
     embedding: bool = False  # token embedding and LM head, once per step
     optimizer: bool = False  # the Adam update, once per step
+    microbatches: int = 1  # the batch runs as this many micro-batches, gradients accumulated
 
     @property
     def tokens(self) -> int:
@@ -198,6 +200,12 @@ def _nearest_below(algorithm: GemmAlgorithm, op: GemmOp, mesh: tuple[int, int], 
             continue
         return candidate
     return None
+
+
+def step_hardware_flops(spec: StepSpec) -> float:
+    """What HFU counts: the model FLOPs plus those the backward pass spends recomputing activations."""
+    extra = recompute_flops_per_block(spec.model, spec.tokens, spec.batch, str(spec.recompute))
+    return step_model_flops(spec) + extra * spec.model.layers
 
 
 def step_model_flops(spec: StepSpec) -> float:

@@ -11,7 +11,7 @@ ops, each simulated once. Breakdowns come from the critical chip.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tpusim.collectives.network import Network, network_for
@@ -26,10 +26,10 @@ from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetr
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op, ff_layers
 from tpusim.model.memory import estimate_memory
-from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_model_flops
+from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import OpsRun, run_ops, step_sequence
 from tpusim.topology import MeshMapping
-from tpusim.vocabulary import Fidelity, Prefetch
+from tpusim.vocabulary import Fidelity, Prefetch, Recompute
 
 __all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
 
@@ -57,6 +57,7 @@ class StepResult(ResultMixin):
     mesh: str
     chips: int
     batch: int
+    microbatches: int
     layers: int
     dataflows: list[str]
     transposes: list[bool]
@@ -66,6 +67,7 @@ class StepResult(ResultMixin):
     fidelity: str
     step_time_s: float
     mfu: float
+    hfu: float
     compute_s: float
     exposed_comm_s: float
     idle_s: float
@@ -90,6 +92,10 @@ def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
                   link_overrides: dict[int, LinkOverride] | None = None,
                   context: Context | None = None) -> StepResult:
     """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters."""
+    if spec.recompute is Recompute.AUTO:
+        raise ValueError("resolve recompute auto (model.memory.plan_memory) before simulating a step")
+    if spec.microbatches > 1:
+        return _microbatched(spec, hardware, mapping, chip_slowdown, link_overrides, context)
     context = context if context is not None else Context()
     key = cache_key("step", spec, hardware, mapping.describe(), chip_slowdown, link_overrides)
     cached = context.timings.get(key)
@@ -151,18 +157,18 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             bytes_per_layer = (links[-1].bytes_sent - first.bytes_sent if len(windows) == 2 and first is not None
                                else links[-1].bytes_sent / sizes[-1])
     chips = mesh[0] * mesh[1]
-    mfu = step_model_flops(spec) / (chips * hardware.chip.peak_flops * step_time) if step_time > 0 else 0.0
+    mfu, hfu = _utilisation(spec, chips * hardware.chip.peak_flops, step_time)
     memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
                              spec.bytes_per_param)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
-        chips=chips, batch=spec.batch, layers=total_layers,
+        chips=chips, batch=spec.batch, microbatches=1, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
-        step_time_s=step_time, mfu=mfu, compute_s=compute, exposed_comm_s=exposed, idle_s=idle,
+        step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed, idle_s=idle,
         per_layer=[asdict(t) for t in per_op],
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
@@ -171,6 +177,45 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
                   "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
         notes=notes,
+    )
+
+
+def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, float]:
+    """(MFU, HFU): model FLOPs, and those plus recomputation, over the chips' peak times the step time."""
+    if step_time <= 0:
+        return 0.0, 0.0
+    return step_model_flops(spec) / (peak * step_time), step_hardware_flops(spec) / (peak * step_time)
+
+
+def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
+                  chip_slowdown: dict[int, float] | None, link_overrides: dict[int, LinkOverride] | None,
+                  context: Context | None) -> StepResult:
+    """A step of m micro-batches: m times the blocks (and embedding) of one micro-batch, one optimizer update.
+
+    Ops run one after another on each chip, so the total is m times a micro-step without the update plus the
+    update's own time (the difference between a micro-step with and without it).
+    """
+    m = spec.microbatches
+    if spec.batch % m:
+        raise InfeasibleError(f"--microbatches {m} does not divide the batch of {spec.batch} sequences")
+    micro = replace(spec, batch=spec.batch // m, microbatches=1)
+    one = simulate_step(micro, hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides,
+                        context=context)
+    bare = one if not spec.optimizer else simulate_step(replace(micro, optimizer=False), hardware, mapping,
+                                                        chip_slowdown=chip_slowdown,
+                                                        link_overrides=link_overrides, context=context)
+
+    def total(name: str) -> float:
+        return float(m * getattr(bare, name) + getattr(one, name) - getattr(bare, name))
+
+    step_time = total("step_time_s")
+    mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
+    note = (f"{m} micro-batches of {micro.batch} sequences, gradients accumulated: {m} x the micro-step"
+            + (" without the optimizer update, plus the update once" if spec.optimizer else ""))
+    return replace(
+        one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu,
+        compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"), idle_s=total("idle_s"),
+        notes=[*one.notes, note],
     )
 
 

@@ -23,6 +23,7 @@ class Choice:
     estimate_step_s: float
     fidelity: str
     mfu: float
+    hfu: float
     compute_s: float
     exposed_comm_s: float
     memory_bytes_per_chip: float
@@ -66,6 +67,7 @@ class TuneResult:
     algorithm: str
     chips: int
     batch: int
+    microbatches: int
     prefetch: str
     recompute: str
     fidelity: str

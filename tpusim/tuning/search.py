@@ -32,6 +32,7 @@ from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
+from tpusim.model.memory import plan_memory
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
@@ -65,7 +66,8 @@ class TuneSpec:
     batch: int | None = None
     topology: str | None = None
     prefetch: Prefetch | None = None
-    recompute: Recompute = Recompute.NONE
+    recompute: Recompute = Recompute.AUTO
+    microbatches: int | None = None  # None: 1, or the fewest that fit (``model.memory.plan_memory``)
     fidelity: Fidelity = Fidelity.AUTO
     exhaustive: bool = False
     ignore_memory: bool = False
@@ -215,19 +217,28 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     cache = cache if cache is not None else CostCache(context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
+    memory = plan_memory(model, chips, batch, request.recompute, request.microbatches, hardware.chip.hbm_capacity,
+                         request.bytes_per_param, ignore_memory=request.ignore_memory)
+    request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
+    micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
+    if not request.ignore_memory:
+        notes.append(f"memory: recompute {memory.recompute}, {memory.microbatches} micro-batch"
+                     f"{'es' if memory.microbatches > 1 else ''} of {micro} sequences, "
+                     f"{memory.estimate.total_bytes / GB:.1f} GB per chip of "
+                     f"{memory.estimate.capacity_bytes / GB:.1f} GB")
 
-    candidates, rejected = mesh_candidates(model, algorithm, chips, batch, hardware, request.topology,
+    candidates, rejected = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
                                            request.allow_infeasible)
-    candidates, rejected = _memory_gate(request, batch, candidates, rejected, notes)
+    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes)
     if not candidates:
-        raise _no_mesh(request, batch, rejected)
+        raise _no_mesh(request, micro, rejected)
 
-    spec = StepSpec(model, algorithm.name, batch, prefetch=prefetch, recompute=request.recompute,
+    spec = StepSpec(model, algorithm.name, micro, prefetch=prefetch, recompute=memory.recompute,
                     bytes_per_param=request.bytes_per_param, dtype=request.dtype,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
     pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
                              pass_multiplicity(spec, candidates[0].mesh))
-    layers = ff_layers(model, batch * model.sequence)
+    layers = ff_layers(model, micro * model.sequence)
     flips = algorithm.parallelism == "2d"
     searches = [_MeshSearch(c, layers, pricing, cache, spec, flips, request.dataflows) for c in candidates]
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
@@ -251,8 +262,9 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     runner_search, runner_plan = (rest[0][2], rest[0][3][0]) if rest else (best_search, None)
     if runner_plan is None and len(leader_plans) > 1:
         runner_plan = leader_plans[1]
-    best = _time(best_search, leader_plans[0], spec, model.layers)
-    runner = _time(runner_search, runner_plan, spec, model.layers) if runner_plan is not None else None
+    whole = replace(spec, batch=batch, microbatches=memory.microbatches)
+    best = _time(best_search, leader_plans[0], whole, model.layers)
+    runner = _time(runner_search, runner_plan, whole, model.layers) if runner_plan is not None else None
     if runner is not None and runner.step_time_s < best.step_time_s:
         best, runner = runner, best
         notes.append("the runner-up of the search simulated faster as a whole step; the two were swapped")
@@ -263,7 +275,8 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     notes.extend(_pricing_notes(searches, request.exhaustive))
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
-        prefetch=str(prefetch), recompute=str(request.recompute), fidelity=str(request.fidelity),
+        microbatches=memory.microbatches, prefetch=str(prefetch), recompute=str(memory.recompute),
+        fidelity=str(request.fidelity),
         exhaustive=request.exhaustive, best=best, runner_up=runner,
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
@@ -355,7 +368,8 @@ def _time(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> Choic
     return Choice(
         mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
-        estimate_step_s=plan.cost * layers, fidelity=result.fidelity, mfu=result.mfu, compute_s=result.compute_s,
+        estimate_step_s=plan.cost * layers * spec.microbatches, fidelity=result.fidelity, mfu=result.mfu,
+        hfu=result.hfu, compute_s=result.compute_s,
         exposed_comm_s=result.exposed_comm_s, memory_bytes_per_chip=result.memory_bytes_per_chip,
         memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
     )
