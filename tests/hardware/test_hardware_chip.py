@@ -48,11 +48,11 @@ def test_gemm_flops_is_unpadded() -> None:
 def test_roofline_tiny_gemm_pays_a_full_mxu_pass_or_hbm() -> None:
     chip = _roofline()
     full_pass = 2 * 128**3 / PEAK
-    hbm = (2 * (1 + 1) + 2 * 2 * 1) / HBM_BW
+    hbm = (2 * (1 + 1) + 2 * 1) / HBM_BW
     assert chip.gemm_time(1, 1, 1) == max(full_pass, hbm)
-    assert chip.gemm_time(1, 1, 1) == full_pass  # compute dominates: ~15 ns vs ~7 ps
-    # A single full tile moves 4 * 128^2 bytes of operands and accumulator: HBM-bound, not compute-bound.
-    tile_hbm = (2 * 2 * 128 * 128 + 2 * 2 * 128 * 128) / HBM_BW
+    assert chip.gemm_time(1, 1, 1) == full_pass  # compute dominates: ~15 ns vs ~5 ps
+    # A single full tile moves 2 * 2 * 128^2 bytes of operands and writes 2 * 128^2 of output: HBM-bound.
+    tile_hbm = (2 * 2 * 128 * 128 + 2 * 128 * 128) / HBM_BW
     assert tile_hbm > full_pass
     assert chip.gemm_time(128, 128, 128) == tile_hbm
     assert chip.gemm_time(129, 1, 1) == 2 * 256 * 128 * 128 / PEAK
@@ -62,15 +62,16 @@ def test_roofline_large_square_is_compute_bound() -> None:
     chip = _roofline()
     m = n = k = 4096
     expected = 2 * 4096**3 / PEAK
-    hbm = (2 * (m * k + k * n) + 2 * 2 * m * n) / HBM_BW
+    hbm = (2 * (m * k + k * n) + 2 * 4 * m * n) / HBM_BW  # even accumulating in fp32
     assert hbm < expected
+    assert chip.gemm_time(m, n, k, accumulate=True) == expected
     assert chip.gemm_time(m, n, k) == expected
 
 
 def test_roofline_skinny_gemm_is_hbm_bound() -> None:
     chip = _roofline()
     m, n, k = 65536, 128, 128
-    nbytes = 2 * (m * k + k * n) + 2 * 2 * m * n
+    nbytes = 2 * (m * k + k * n) + 2 * m * n
     assert chip.gemm_hbm_bytes(m, n, k) == nbytes
     assert 2 * m * n * k / PEAK < nbytes / HBM_BW
     assert chip.gemm_time(m, n, k) == nbytes / HBM_BW
@@ -79,17 +80,23 @@ def test_roofline_skinny_gemm_is_hbm_bound() -> None:
 def test_accumulator_switch_changes_time_by_its_traffic() -> None:
     m, n, k = 65536, 128, 128
     with_acc, without = _roofline(), _roofline(accumulator_traffic=False)
-    # Still HBM-bound without the accumulator, so the difference is exactly its traffic.
+    # Still HBM-bound without the output term, so the difference is exactly its traffic: the output written once,
+    # or the fp32 accumulator read and written.
     assert without.gemm_time(m, n, k) == 2 * (m * k + k * n) / HBM_BW
-    assert math.isclose(with_acc.gemm_time(m, n, k) - without.gemm_time(m, n, k), 2 * 2 * m * n / HBM_BW,
+    assert without.gemm_time(m, n, k, accumulate=True) == without.gemm_time(m, n, k)
+    assert math.isclose(with_acc.gemm_time(m, n, k) - without.gemm_time(m, n, k), 2 * m * n / HBM_BW,
                         rel_tol=1e-12)
-    assert with_acc.gemm_time(m, n, k, out_bytes=4) == (2 * (m * k + k * n) + 2 * 4 * m * n) / HBM_BW
+    assert math.isclose(with_acc.gemm_time(m, n, k, accumulate=True) - without.gemm_time(m, n, k),
+                        2 * 4 * m * n / HBM_BW, rel_tol=1e-12)
+    assert with_acc.gemm_time(m, n, k, out_bytes=4) == (2 * (m * k + k * n) + 4 * m * n) / HBM_BW
 
 
 def test_dtype_sizes_enter_the_hbm_term() -> None:
     chip = _roofline()
     m, n, k = 65536, 128, 128
-    assert chip.gemm_time(m, n, k, in_bytes=1, out_bytes=4) == (1 * (m * k + k * n) + 2 * 4 * m * n) / HBM_BW
+    assert chip.gemm_time(m, n, k, in_bytes=1, out_bytes=4) == (1 * (m * k + k * n) + 4 * m * n) / HBM_BW
+    accumulator = ChipModel(load_hardware("tpuv4-wire").chip.model_copy(update={"accumulator_bytes": 2}))
+    assert accumulator.gemm_time(m, n, k, in_bytes=1, accumulate=True) == (m * k + k * n + 2 * 2 * m * n) / HBM_BW
 
 
 @pytest.mark.parametrize("dims", [(0, 5, 5), (5, 0, 5), (5, 5, 0), (0, 0, 0)])

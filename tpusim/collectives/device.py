@@ -93,9 +93,14 @@ class Device:
         *,
         trans_a: bool = False,
         trans_b: bool = False,
+        accumulate: bool = False,
         name: str = "gemm",
     ) -> simpy.Event:
         """``op(a) @ op(b)`` (+ ``acc``) on the MXU, op transposing where asked; the value is the product.
+
+        ``accumulate`` times the product as one of several adding into a partial output kept in HBM (its
+        accumulator read and written, docs/chip.md#gemm-time); the algorithm says so for every GeMM of such a
+        loop, the first included, so that its twin charges one GeMM time per step.
 
         An operand may be a collective handle still in flight: the MXU starts now and the product is
         delivered when both the MXU and the operand are done. That is the authors' ``ideal`` prefetch
@@ -107,7 +112,7 @@ class Device:
         k2, n = tb.shape
         if k != k2:
             raise ValueError(f"matmul shapes {ta.shape} @ {tb.shape} do not agree")
-        seconds = self.model.gemm_time(m, n, k, in_bytes=ta.itemsize, out_bytes=ta.itemsize)
+        seconds = self.model.gemm_time(m, n, k, in_bytes=ta.itemsize, out_bytes=ta.itemsize, accumulate=accumulate)
         flops = self.model.gemm_flops(m, n, k)
         if not pending:
             return self._busy(seconds, name, flops, _product(ta, tb, acc))  # type: ignore[arg-type]
@@ -129,9 +134,10 @@ class Device:
         """HBM-bound elementwise work of ``hbm_bytes`` read plus written."""
         return self._busy(self.model.hbm_time(hbm_bytes), name, 0.0, value)
 
-    def compute(self, flops: float, hbm_bytes: float, *, name: str = "op", value: Any = None) -> simpy.Event:
-        """Work bounded by the larger of its FLOP and its HBM traffic (attention, softmax...)."""
-        return self._busy(self.model.op_time(flops, hbm_bytes), name, flops, value)
+    def compute(self, flops: float, hbm_bytes: float, vector_ops: float = 0.0, *, name: str = "op",
+                value: Any = None) -> simpy.Event:
+        """Work bounded by the slowest of its MXU FLOPs, vector operations and HBM traffic (attention, norms...)."""
+        return self._busy(self.model.op_time(flops, hbm_bytes, vector_ops), name, flops, value)
 
     # -- collectives ---------------------------------------------------------------------------------
     def _collective(self, op: CollectiveOp, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:

@@ -29,11 +29,16 @@ from tpusim.config import HardwareProfile, PhysicalProfile
 from tpusim.engine.context import Context
 from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.trace import Tracer
+from tpusim.hardware.chip import ChipModel
 from tpusim.topology import MeshMapping, default_tpuv4_slice, map_mesh, parse_topology
+from tpusim.units import dtype_bytes
 from tpusim.vocabulary import MultiAxis
 
 __all__ = ["PhysicalNetwork"]
 
+# Collectives carry bytes, not dtypes; every reduced payload of the shipped workloads is a bf16 activation or
+# gradient, so a reduction adds one element per 2 bytes.
+REDUCED_ELEMENT_BYTES = dtype_bytes("bf16")
 _MEMO_LIMIT = 20_000  # plans kept per context before the memo starts over
 
 
@@ -78,12 +83,20 @@ class PhysicalNetwork(Network):
     @property
     def costs(self) -> PhysicalCosts:
         """What the closed forms charge on this network."""
-        ici, chip = self.profile.ici, self.profile.chip
+        ici = self.profile.ici
         return PhysicalCosts(
             bandwidth=ici.link_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
             launch=ici.launch_overhead,
-            reduce_per_byte=ici.reduction_passes / chip.hbm_bandwidth, max_chunks=ici.max_chunks,
+            reduce_per_byte=self.reduction_per_byte, max_chunks=ici.max_chunks,
         )
+
+    @property
+    def reduction_per_byte(self) -> float:
+        """Seconds a reduce-scatter or reduce step spends adding each received byte into the local buffer: the HBM
+        passes or the vector unit, whichever is slower, for bf16 payloads; none where the profile charges no
+        reductions (docs/network.md#software-costs)."""
+        passes = self.profile.ici.reduction_passes
+        return ChipModel(self.profile.chip).reduction_seconds_per_byte(passes, REDUCED_ELEMENT_BYTES) if passes else 0.0
 
     def resolve(self, call: CollectiveCall) -> CollectiveCall:
         """The call with the choices this network makes for it filled in (chunks, broadcast schedule)."""

@@ -47,7 +47,12 @@ class ChipSpec(FrozenModel):
     gemm_model: Literal["roofline", "flops"]
     """roofline: pad each dim to mxu_dim, max(FLOP / peak, HBM bytes / bandwidth); flops: 2mnk / peak."""
     accumulator_traffic: bool = True
-    """Whether the roofline's HBM term counts the accumulator's read and write of the output."""
+    """Whether the roofline's HBM term counts the output: written once, or (a GeMM that adds into a partial
+    output held across GeMMs) the accumulator read and written at ``accumulator_bytes`` per element."""
+    accumulator_bytes: Count = 4
+    """Bytes per element of a partial output accumulated across GeMMs in HBM (the MXU accumulates in fp32)."""
+    vector_rate: FlopsPerSecond | None = None
+    """Elementwise operations per second of the vector units (None: vector work is never the bound)."""
     op_overhead: Seconds = 0.0
     """Fixed time of every compute op (GeMM, vector or attention kernel) on top of its compute or HBM time."""
 

@@ -235,7 +235,7 @@ class Scale(FrozenModel):
     ``beta`` multiplies bandwidth (0.5 halves every link and calibrated bandwidth: slower communication);
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
     ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
-    a physical network, ``op`` the fixed launch time of every compute op.
+    a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate.
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -247,6 +247,7 @@ class Scale(FrozenModel):
                               "transfer (2: slower)")
     op: NonNegative = Field(default=1.0, description="factor on the fixed launch time of every compute op "
                             "(2: slower)")
+    vector: Positive = Field(default=1.0, description="factor on the vector units' elementwise rate (0.5: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 

@@ -73,8 +73,10 @@ class CostModel:
     def reduce(self, axis: int, elements: float, root: int = 0) -> float:
         return self.collective(CollectiveOp.REDUCE, axis, elements, root=root)
 
-    def gemm(self, m: float, n: float, k: float) -> float:
-        return self.chip.gemm_time(int(m), int(n), int(k), in_bytes=self.itemsize, out_bytes=self.itemsize)
+    def gemm(self, m: float, n: float, k: float, *, accumulate: bool = False) -> float:
+        """A local product; ``accumulate``: one of several adding into a partial output kept in HBM."""
+        return self.chip.gemm_time(int(m), int(n), int(k), in_bytes=self.itemsize, out_bytes=self.itemsize,
+                                   accumulate=accumulate)
 
     @property
     def ring(self) -> Ring:

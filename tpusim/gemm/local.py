@@ -16,10 +16,13 @@ def local_product(
     w: Tensor | simpy.Event,
     acc: Tensor | simpy.Event | None = None,
     *,
+    accumulate: bool = False,
     name: str = "gemm",
 ) -> simpy.Event:
-    """OS: X W; LS: X W^T; RS: X^T W, on whatever (partial or gathered) operands the chip holds."""
-    return dev.matmul(x, w, acc, trans_a=dataflow is Dataflow.RS, trans_b=dataflow is Dataflow.LS, name=name)
+    """OS: X W; LS: X W^T; RS: X^T W, on whatever (partial or gathered) operands the chip holds; ``accumulate``
+    as in ``Device.matmul``."""
+    return dev.matmul(x, w, acc, trans_a=dataflow is Dataflow.RS, trans_b=dataflow is Dataflow.LS,
+                      accumulate=accumulate, name=name)
 
 
 def product_dims(dataflow: Dataflow, x_shape: tuple[int, int], w_shape: tuple[int, int]) -> tuple[int, int, int]:

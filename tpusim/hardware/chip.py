@@ -1,8 +1,10 @@
-"""Time of on-chip work (GeMMs, HBM-bound vector ops) as pure functions of a chip specification.
+"""Time of on-chip work (GeMMs, vector ops, attention) as pure functions of a chip specification.
 
-The roofline GeMM pads every dimension to the MXU size and takes the larger of compute and HBM time; the
-``flops`` model is the MeshSlice authors' plain 2mnk / F. Every non-empty op also pays the chip's fixed
-``op_overhead`` (its launch, docs/chip.md#op-overhead). Nothing here knows about simulation time.
+The roofline GeMM pads every dimension to the MXU size and takes the larger of compute and HBM time, its output
+written once or, where it adds into a partial output, its fp32 accumulator read and written; the ``flops`` model
+is the MeshSlice authors' plain 2mnk / F. Other ops take the largest of their MXU, vector-unit and HBM times.
+Every non-empty op also pays the chip's fixed ``op_overhead`` (its launch, docs/chip.md#op-overhead). Nothing here
+knows about simulation time.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ class ChipModel:
     """Compute and HBM timing of one chip."""
 
     __slots__ = (
-        "accumulator_traffic", "gemm_model", "hbm_bandwidth", "hbm_capacity", "mxu_dim", "op_overhead",
-        "peak_flops",
+        "accumulator_bytes", "accumulator_traffic", "gemm_model", "hbm_bandwidth", "hbm_capacity", "mxu_dim",
+        "op_overhead", "peak_flops", "vector_rate",
     )
 
     def __init__(self, chip: ChipSpec) -> None:
@@ -36,6 +38,8 @@ class ChipModel:
         self.mxu_dim: int = chip.mxu_dim
         self.gemm_model: str = chip.gemm_model
         self.accumulator_traffic: bool = chip.accumulator_traffic
+        self.accumulator_bytes: int = chip.accumulator_bytes
+        self.vector_rate: float | None = chip.vector_rate
         self.op_overhead: float = chip.op_overhead
 
     def gemm_flops(self, m: int, n: int, k: int) -> float:
@@ -43,15 +47,22 @@ class ChipModel:
         _check_dims(m, n, k)
         return float(2 * m * n * k)
 
-    def gemm_hbm_bytes(self, m: int, n: int, k: int, *, in_bytes: int = 2, out_bytes: int = 2) -> float:
-        """HBM bytes the roofline charges: both operands, plus the accumulator's read and write if enabled."""
+    def gemm_hbm_bytes(self, m: int, n: int, k: int, *, in_bytes: int = 2, out_bytes: int = 2,
+                       accumulate: bool = False) -> float:
+        """HBM bytes the roofline charges: both operands once, plus (if enabled) the output written once or, when
+        ``accumulate``, the accumulator read and written at the profile's accumulator precision
+        (docs/chip.md#gemm-time)."""
         _check_dims(m, n, k)
         operands = in_bytes * (m * k + k * n)
-        accumulator = 2 * out_bytes * m * n if self.accumulator_traffic else 0
-        return float(operands + accumulator)
+        if not self.accumulator_traffic:
+            return float(operands)
+        output = 2 * self.accumulator_bytes * m * n if accumulate else out_bytes * m * n
+        return float(operands + output)
 
-    def gemm_time(self, m: int, n: int, k: int, *, in_bytes: int = 2, out_bytes: int = 2) -> float:
-        """Seconds for an (m x k) @ (k x n) product under the profile's GeMM model; 0 for an empty product."""
+    def gemm_time(self, m: int, n: int, k: int, *, in_bytes: int = 2, out_bytes: int = 2,
+                  accumulate: bool = False) -> float:
+        """Seconds for an (m x k) @ (k x n) product under the profile's GeMM model; 0 for an empty product.
+        ``accumulate``: the product is added into a partial output kept in HBM between GeMMs."""
         _check_dims(m, n, k)
         if m == 0 or n == 0 or k == 0:
             return 0.0
@@ -60,8 +71,13 @@ class ChipModel:
         d = self.mxu_dim
         # The MXU processes whole d x d tiles, so a ragged edge costs as much as a full tile.
         compute = 2 * _pad(m, d) * _pad(n, d) * _pad(k, d) / self.peak_flops
-        memory = self.gemm_hbm_bytes(m, n, k, in_bytes=in_bytes, out_bytes=out_bytes) / self.hbm_bandwidth
+        memory = self.gemm_hbm_bytes(m, n, k, in_bytes=in_bytes, out_bytes=out_bytes,
+                                     accumulate=accumulate) / self.hbm_bandwidth
         return self.op_overhead + max(compute, memory)
+
+    def vector_time(self, operations: float) -> float:
+        """Seconds the vector units need for ``operations`` elementwise operations (0 without a vector rate)."""
+        return operations / self.vector_rate if self.vector_rate else 0.0
 
     def hbm_time(self, nbytes: float) -> float:
         """Seconds for elementwise/vector work that reads and writes ``nbytes`` in total from HBM."""
@@ -69,10 +85,18 @@ class ChipModel:
             raise ValueError(f"byte count must be >= 0, got {nbytes}")
         return self.op_overhead + nbytes / self.hbm_bandwidth if nbytes else 0.0
 
-    def op_time(self, flops: float, hbm_bytes: float) -> float:
-        """Seconds for a non-GeMM op (e.g. attention) bound by compute or by HBM, whichever is slower."""
-        if flops < 0 or hbm_bytes < 0:
-            raise ValueError(f"flops and bytes must be >= 0, got flops={flops}, hbm_bytes={hbm_bytes}")
-        if not flops and not hbm_bytes:
+    def op_time(self, flops: float, hbm_bytes: float, vector_ops: float = 0.0) -> float:
+        """Seconds for a non-GeMM op: the slowest of its MXU FLOPs, its vector-unit operations and its HBM
+        traffic, plus the op overhead."""
+        if flops < 0 or hbm_bytes < 0 or vector_ops < 0:
+            raise ValueError(f"flops, bytes and vector operations must be >= 0, got flops={flops}, "
+                             f"hbm_bytes={hbm_bytes}, vector_ops={vector_ops}")
+        if not flops and not hbm_bytes and not vector_ops:
             return 0.0
-        return self.op_overhead + max(flops / self.peak_flops, hbm_bytes / self.hbm_bandwidth)
+        return self.op_overhead + max(flops / self.peak_flops, hbm_bytes / self.hbm_bandwidth,
+                                      self.vector_time(vector_ops))
+
+    def reduction_seconds_per_byte(self, passes: float, element_bytes: int) -> float:
+        """Seconds per byte of an elementwise reduction of received data into a local buffer: ``passes`` HBM bytes
+        per byte reduced (read two operands, write one) or one vector add per element, whichever is slower."""
+        return max(passes / self.hbm_bandwidth, self.vector_time(1.0 / element_bytes))

@@ -116,12 +116,14 @@ def scaled_profile(
     flops: float = 1.0,
     step: float = 1.0,
     op: float = 1.0,
+    vector: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
     ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
     every lambda, ``overhead`` every launch overhead and alpha, ``flops`` the peak FLOP/s used for timing,
-    ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op.
+    ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op,
+    ``vector`` the vector units' elementwise rate.
     HBM and the informational peak are untouched. The name records the factors, e.g.
     ``meshslice-sim[beta*0.5]``.
     """
@@ -131,15 +133,21 @@ def scaled_profile(
     _check_factor("flops", flops, allow_zero=False)
     _check_factor("step", step, allow_zero=True)
     _check_factor("op", op, allow_zero=True)
-    factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op}
+    _check_factor("vector", vector, allow_zero=False)
+    factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op,
+               "vector": vector}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
     if step != 1.0 and not isinstance(profile, PhysicalProfile):
         raise ConfigError(f"scale factor step={step:g} applies to physical profiles; {profile.name!r} has no "
                           "per-transfer handshake (its per-step latency is lambda)")
+    if vector != 1.0 and profile.chip.vector_rate is None:
+        raise ConfigError(f"scale factor vector={vector:g} needs a vector rate; {profile.name!r} has none (its "
+                          "vector work is never the bound)")
+    rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
     chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops,
-                                           "op_overhead": profile.chip.op_overhead * op})
+                                           "op_overhead": profile.chip.op_overhead * op, "vector_rate": rate})
     update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}
     if isinstance(profile, PhysicalProfile):
         update["ici"] = profile.ici.model_copy(

@@ -10,8 +10,10 @@ per chip and shape-only; the step module times it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
 from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
@@ -19,7 +21,8 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Dataflow
 
-__all__ = ["FF_LAYERS", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op", "Pass", "block_ops",
+__all__ = ["FF_LAYERS", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op",
+           "Pass", "block_ops",
            "ff_layers", "heuristic_dataflow", "model_flops_per_block", "padded_vocabulary", "step_extras"]
 
 
@@ -89,11 +92,31 @@ class GemmOp:
 
 @dataclass(frozen=True)
 class LocalOp:
-    """Work local to a chip: ``flops`` on the MXU or ``hbm_bytes`` of traffic, whichever takes longer."""
+    """Work local to a chip: ``flops`` on the MXU, ``vector_ops`` elementwise operations on the vector units or
+    ``hbm_bytes`` of traffic, whichever takes longest."""
 
     name: str
     flops: float
     hbm_bytes: float
+    vector_ops: float = 0.0
+
+
+# Elementwise operations per element (per score for softmax, per parameter for Adam), counted from each op's
+# formula (docs/chip.md#vector-work): they set the vector-unit time where a profile has a vector rate.
+VECTOR_OPS_PER_ELEMENT: Mapping[str, float] = MappingProxyType({
+    "layernorm": 7.0,       # mean (1), centre (1), square and sum (2), scale by rsqrt (1), gain and bias (2)
+    "layernorm.bwd": 11.0,  # the two reductions and the three-term input gradient, plus gain and bias grads
+    "residual": 1.0,        # one add
+    "residual.bwd": 1.0,    # one add of the two gradient paths
+    "gelu": 8.0,            # tanh form: x^3, two multiply-adds, tanh, add, two multiplies
+    "gelu.bwd": 13.0,       # the derivative of the tanh form times the incoming gradient
+    "softmax": 5.0,         # max, subtract, exp, sum, divide
+    "softmax.bwd": 4.0,     # dot of probabilities and gradient, subtract, multiply (and the scale)
+    "loss": 5.0,            # the softmax of the logits
+    "loss.bwd": 2.0,        # probabilities minus the one-hot target, scaled
+    "embedding.bwd": 1.0,   # scatter-add of token gradients
+    "adam": 12.0,           # two moment updates, bias corrections, rsqrt, update and weight decay
+})
 
 
 @dataclass(frozen=True)
@@ -135,12 +158,14 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
     attn_bytes = b * (2 * scores + 4 * act)  # softmax reads and writes the scores; q, k, v in, out back
     qkv, out_proj, ff1, ff2 = layers
     stats = int(shape.rows_per_chip)
+    per = VECTOR_OPS_PER_ELEMENT
+    attention = LocalOp("attention", attn_flops, attn_bytes, per["softmax"] * scores)
 
     def feature_axis(layer: FFLayer) -> int:
         return 0 if layer.transpose else 1
 
     def norm(tag: str, consumer: FFLayer) -> list[Op]:
-        return [LocalOp(f"{tag}.norm", 0.0, 2 * b * act),
+        return [LocalOp(f"{tag}.norm", 0.0, 2 * b * act, per["layernorm"] * act),
                 NormStatsOp(f"{tag}.psum", stats, stats_dtype, feature_axis(consumer))]
 
     def gemm(layer: FFLayer, which: Pass) -> GemmOp:
@@ -149,33 +174,35 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
     forward: list[Op] = [
         *norm("ln1", qkv),
         gemm(qkv, Pass.FORWARD),
-        LocalOp("attention", attn_flops, attn_bytes),
+        attention,
         gemm(out_proj, Pass.FORWARD),
-        LocalOp("residual1", 0.0, 3 * b * act),
+        LocalOp("residual1", 0.0, 3 * b * act, per["residual"] * act),
         *norm("ln2", ff1),
         gemm(ff1, Pass.FORWARD),
-        LocalOp("gelu", 0.0, 2 * b * wide),
+        LocalOp("gelu", 0.0, 2 * b * wide, per["gelu"] * wide),
         gemm(ff2, Pass.FORWARD),
-        LocalOp("residual2", 0.0, 3 * b * act),
+        LocalOp("residual2", 0.0, 3 * b * act, per["residual"] * act),
     ]
     backward: list[Op] = []
     if recompute == "full":
         backward.extend(_renamed(forward, "recompute."))
     backward += [
-        LocalOp("residual2.bwd", 0.0, 2 * b * act),
+        LocalOp("residual2.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
         gemm(ff2, Pass.BACKWARD_DATA), gemm(ff2, Pass.BACKWARD_WEIGHT),
-        LocalOp("gelu.bwd", 0.0, 3 * b * wide),
+        LocalOp("gelu.bwd", 0.0, 3 * b * wide, per["gelu.bwd"] * wide),
         gemm(ff1, Pass.BACKWARD_DATA), gemm(ff1, Pass.BACKWARD_WEIGHT),
-        LocalOp("ln2.norm.bwd", 0.0, 4 * b * act), NormStatsOp("ln2.psum.bwd", stats, stats_dtype, feature_axis(ff1)),
-        LocalOp("residual1.bwd", 0.0, 2 * b * act),
+        LocalOp("ln2.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
+        NormStatsOp("ln2.psum.bwd", stats, stats_dtype, feature_axis(ff1)),
+        LocalOp("residual1.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
         gemm(out_proj, Pass.BACKWARD_DATA), gemm(out_proj, Pass.BACKWARD_WEIGHT),
     ]
     if recompute == "selective":
-        backward.append(LocalOp("recompute.attention", attn_flops, attn_bytes))
+        backward.append(LocalOp("recompute.attention", attn_flops, attn_bytes, attention.vector_ops))
     backward += [
-        LocalOp("attention.bwd", 2 * attn_flops, 2 * attn_bytes),
+        LocalOp("attention.bwd", 2 * attn_flops, 2 * attn_bytes, per["softmax.bwd"] * scores),
         gemm(qkv, Pass.BACKWARD_DATA), gemm(qkv, Pass.BACKWARD_WEIGHT),
-        LocalOp("ln1.norm.bwd", 0.0, 4 * b * act), NormStatsOp("ln1.psum.bwd", stats, stats_dtype, feature_axis(qkv)),
+        LocalOp("ln1.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
+        NormStatsOp("ln1.psum.bwd", stats, stats_dtype, feature_axis(qkv)),
     ]
     return tuple(forward), tuple(backward)
 
@@ -186,7 +213,7 @@ def _renamed(ops: list[Op], prefix: str) -> list[Op]:
         if isinstance(op, GemmOp):
             out.append(GemmOp(prefix + op.layer, op.which, op.problem))
         elif isinstance(op, LocalOp):
-            out.append(LocalOp(prefix + op.name, op.flops, op.hbm_bytes))
+            out.append(LocalOp(prefix + op.name, op.flops, op.hbm_bytes, op.vector_ops))
         else:
             out.append(NormStatsOp(prefix + op.name, op.elements, op.dtype, op.axis))
     return out
@@ -240,12 +267,12 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
         logits = shape.tokens_per_chip * vocab / (chips / (tokens / shape.tokens_per_chip))
         before.append(LocalOp("embedding", 0.0, 2 * b * act))
         middle += [GemmOp("lm_head", Pass.FORWARD, head.gemm(Pass.FORWARD, dtype)),
-                   LocalOp("loss", 0.0, 2 * b * logits),
-                   LocalOp("loss.bwd", 0.0, 2 * b * logits),
+                   LocalOp("loss", 0.0, 2 * b * logits, VECTOR_OPS_PER_ELEMENT["loss"] * logits),
+                   LocalOp("loss.bwd", 0.0, 2 * b * logits, VECTOR_OPS_PER_ELEMENT["loss.bwd"] * logits),
                    GemmOp("lm_head", Pass.BACKWARD_DATA, head.gemm(Pass.BACKWARD_DATA, dtype)),
                    GemmOp("lm_head", Pass.BACKWARD_WEIGHT, head.gemm(Pass.BACKWARD_WEIGHT, dtype))]
-        after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act))
+        after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act, VECTOR_OPS_PER_ELEMENT["embedding.bwd"] * act))
     if optimizer:
         params = model.params_per_layer * model.layers / chips
-        after.append(LocalOp("optimizer", 0.0, params * (2 * 3 * 4 + 2 * b)))
+        after.append(LocalOp("optimizer", 0.0, params * (2 * 3 * 4 + 2 * b), VECTOR_OPS_PER_ELEMENT["adam"] * params))
     return tuple(before), tuple(middle), tuple(after)

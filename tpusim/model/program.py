@@ -64,7 +64,7 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
             yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
             dev.prefetched = {}
         elif isinstance(op, LocalOp):
-            yield dev.compute(op.flops, op.hbm_bytes, name=op.name)
+            yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name=op.name)
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
         pending, early = early, {}

@@ -164,7 +164,7 @@ def non_ff_twin(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping)
     try:
         for op in _non_ff_ops(spec, mapping.shape):
             if isinstance(op, LocalOp):
-                total += chip.op_time(op.flops, op.hbm_bytes)
+                total += chip.op_time(op.flops, op.hbm_bytes, op.vector_ops)
             elif isinstance(op, NormStatsOp) and mapping.shape[op.axis] > 1 and op.elements:
                 costs = CostModel(hardware, mapping, op.dtype)
                 total += costs.collective(CollectiveOp.ALL_REDUCE, op.axis, 2 * op.elements)

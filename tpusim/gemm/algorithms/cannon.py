@@ -102,7 +102,8 @@ class Cannon(GemmAlgorithm):
         acc: Any = None  # OS: the stationary output; LS/RS: the circulating partial output (possibly in flight)
         for s in range(n):
             operands = {**held, **current}
-            gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, name=f"gemm[{s}]")
+            gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, accumulate=n > 1,
+                                 name=f"gemm[{s}]")
             last = s + 1 == n
             rolls = [] if last else [dev.shift(current[mv.operand], ctx.axis(mv.axis), -1) for mv in moves]
             product = yield gemm
@@ -133,7 +134,8 @@ class Cannon(GemmAlgorithm):
             acc = None
             for s in range(n):
                 operands = {**held, **{mv.operand: concat(halves[mv.operand], mv.dim) for mv in moves}}
-                gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, name=f"gemm[{s}]")
+                gemm = local_product(dev, dataflow, operands["x"], operands["w"], acc, accumulate=n > 1,
+                                     name=f"gemm[{s}]")
                 rolls = [] if s + 1 == n else [
                     dev.shift(halves[mv.operand][h], ctx.axis(mv.axis), d)
                     for mv in moves for h, d in enumerate(directions)
@@ -153,7 +155,7 @@ class Cannon(GemmAlgorithm):
                 piece = panels[mv.operand][(start - d * s) % n].split(mv.dim, 2)[h]
                 operands = {**held, mv.operand: piece}
                 gemms.append(local_product(dev, dataflow, operands["x"], operands["w"], accs[h],
-                                           name=f"gemm[{s}.{h}]"))
+                                           accumulate=n > 1, name=f"gemm[{s}.{h}]"))
             for h, d in enumerate(directions):
                 product = yield gemms[h]
                 accs[h] = product if s + 1 == n else dev.shift(product, ctx.axis(out.axis), d)
@@ -176,13 +178,15 @@ class Cannon(GemmAlgorithm):
         size = {op: shape[0] * shape[1] for op, shape in blocks.items()}
         moving = [(ctx.axis(mv.axis), size[mv.operand]) for mv in roles.gathers]
         out = [(ctx.axis(roles.reduce.axis), m * nn)] if roles.reduce is not None else []
-        g_halves = costs.gemm(m, nn, k)
+        # every step adds into the stationary (OS) or circulating (LS, RS) partial output
+        accumulate = n > 1
+        g_halves = costs.gemm(m, nn, k, accumulate=accumulate)
         if roles.reduce is not None:  # two GeMMs, one per half of the sliced dimension
             dims = {"m": m, "n": nn, "k": k}
             dims[roles.sliced] //= 2
-            g_halves = 2 * costs.gemm(dims["m"], dims["n"], dims["k"])
+            g_halves = 2 * costs.gemm(dims["m"], dims["n"], dims["k"], accumulate=accumulate)
         return {
-            "g": costs.gemm(m, nn, k),
+            "g": costs.gemm(m, nn, k, accumulate=accumulate),
             "roll": max(costs.shift(axis, e, 1) for axis, e in moving + out),
             "skew": max(costs.shift(axis, e, n // 2) for axis, e in moving),
             "unskew": max([costs.shift(axis, e, n // 2) for axis, e in out], default=0.0),

@@ -40,6 +40,11 @@ def slice_count(params: GemmParams) -> int:
     return 1 if params.slices is None else params.slices
 
 
+def accumulates(ctx: GemmContext) -> bool:
+    """Whether the slice GeMMs add into the stationary output (OS with more than one slice)."""
+    return ctx.roles.reduce is None and slice_count(ctx.params) > 1
+
+
 def divisors(n: int) -> list[int]:
     """The divisors of n >= 1, ascending."""
     small, large = [], []
@@ -102,7 +107,8 @@ class MeshSlice(GemmAlgorithm):
             operands = dict(held)
             operands.update({mv.operand: v for mv, v in zip(roles.gathers, values, strict=True)})
             product = yield local_product(dev, dataflow, operands["x"], operands["w"],
-                                          acc if roles.reduce is None else None, name=f"gemm[{k}]")
+                                          acc if roles.reduce is None else None, accumulate=accumulates(ctx),
+                                          name=f"gemm[{k}]")
             if roles.reduce is None:
                 acc = product
             else:
@@ -133,7 +139,7 @@ class MeshSlice(GemmAlgorithm):
             gathered[mv.operand] = (piece[0], piece[1])
         m, n, k = product_dims(problem.dataflow, gathered["x"], gathered["w"])
         r = costs.reduce_scatter(ctx.axis(roles.reduce.axis), m * n) if roles.reduce is not None else 0.0
-        return gathers, r, costs.gemm(m, n, k)
+        return gathers, r, costs.gemm(m, n, k, accumulate=accumulates(ctx))
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         """`main` branch: prologue c (+ r), epilogue g, K-1 steady steps of max(c, r, g), with c the slice's gathers

@@ -12,8 +12,8 @@ in piece p of the output (L in Y) or accumulates (L contracted).
   ranks r - s and r + s, while passing them on. n - 1 shift steps, n partial-GeMM steps.
 - Reduce ring (LS: partial outputs circulate): the n partial products a chip contributes do not depend on
   the ring, so all are issued at once; at step s the chip adds its product to the accumulator it holds
-  (the add is free, as ``matmul``'s accumulate is) and passes it on; after n - 1 shifts it holds its own
-  finished output piece.
+  (timed as the product's GeMM reading and writing an fp32 accumulator, docs/chip.md#gemm-time) and passes it
+  on; after n - 1 shifts it holds its own finished output piece.
 - Role axis 0 (when split): its gather (OS, LS: the weight) is one blocking all-gather before the ring;
   with prefetch ``ideal`` every partial GeMM takes the pending gathered panel instead (the gather overlaps
   the GeMMs that consume it, as ``collective`` does). Its reduce-scatter (RS) runs after the ring, exposed.
@@ -175,7 +175,7 @@ def _gather_ring(
             piece = ((rank - step * DIRECTIONS[h]) % n) * ways + h
             w = parts.get("w", piece)
             if out_dim is None:
-                acc = local_product(dev, dataflow, held[h], w, acc, name=f"ring step {step}")
+                acc = local_product(dev, dataflow, held[h], w, acc, accumulate=n > 1, name=f"ring step {step}")
             else:
                 placed[piece] = local_product(dev, dataflow, held[h], w, name=f"ring step {step}")
     if out_dim is None:
@@ -194,8 +194,9 @@ def _reduce_ring(
         for h in range(ways):
             # the accumulator held at this step ends its trip at this rank after n - 1 - step more shifts
             piece = ((rank + (n - 1 - step) * DIRECTIONS[h]) % n) * ways + h
+            # each product is added into the accumulator that arrives (timed as the GeMM's accumulate)
             products.append(local_product(dev, dataflow, parts.get("x", piece), parts.get("w", piece),
-                                          name=f"ring step {step}"))
+                                          accumulate=n > 1, name=f"ring step {step}"))
     incoming: list[simpy.Event | None] = [None] * ways
     finished: list[Tensor] = []
     for step in range(n):
@@ -257,7 +258,9 @@ def ring_terms(problem: GemmProblem, axes: RoleAxes, mesh: tuple[int, int], cost
     name = circulated(problem)
     piece = dict(zip("mnk", whole, strict=True))
     piece[name] //= n * ways
-    g = ways * costs.gemm(piece["m"], piece["n"], piece["k"])
+    # contracted pieces (a gather ring over k) and the reduce ring's partial outputs add into an accumulator
+    accumulate = (inner.operand == "y" or name == "k") and n > 1
+    g = ways * costs.gemm(piece["m"], piece["n"], piece["k"], accumulate=accumulate)
     if inner.operand == "x":
         other = next(d for d in stored_dims(problem.dataflow, "x") if d != name)
         moved = piece[name] * piece[other]

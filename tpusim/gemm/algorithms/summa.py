@@ -36,6 +36,11 @@ def step_count(ctx: GemmContext) -> int:
     return math.lcm(ctx.size(0), ctx.size(1))
 
 
+def accumulates(ctx: GemmContext) -> bool:
+    """Whether the panel GeMMs add into the stationary output (OS over more than one step)."""
+    return ctx.roles.reduce is None and step_count(ctx) > 1
+
+
 def owner(step: int, steps: int, size: int) -> tuple[int, int]:
     """(rank, local sub-panel) of panel ``step`` of ``steps`` on a role axis of ``size`` chips."""
     per_chip = steps // size
@@ -85,7 +90,8 @@ class Summa(GemmAlgorithm):
             operands = dict(held)
             operands.update({mv.operand: v for mv, v in zip(roles.gathers, values, strict=True)})
             gemm = local_product(dev, dataflow, operands["x"], operands["w"],
-                                 acc if roles.reduce is None else None, name=f"gemm[{s}]")
+                                 acc if roles.reduce is None else None, accumulate=accumulates(ctx),
+                                 name=f"gemm[{s}]")
             # Issued as GeMM s starts: step s+1's panels travel while the MXU works on panel s.
             if s + 1 < steps:
                 pending = broadcasts(s + 1)
@@ -116,7 +122,7 @@ class Summa(GemmAlgorithm):
             broadcasts.append(costs.broadcast(ctx.axis(mv.axis), panel[0] * panel[1]))
         m, n, k = product_dims(problem.dataflow, panels["x"], panels["w"])
         r = costs.reduce(ctx.axis(roles.reduce.axis), m * n) if roles.reduce is not None else 0.0
-        return broadcasts, r, costs.gemm(m, n, k)
+        return broadcasts, r, costs.gemm(m, n, k, accumulate=accumulates(ctx))
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         """OS: max(B) + (S-1) max(B, g) + g; LS, RS: (B + R_o) + (S-1) max(R_o, B, g) + g (docs/algorithms.md#summa)."""
