@@ -14,7 +14,7 @@ from typing import Self
 
 from tpusim.errors import unknown_name
 
-__all__ = ["Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch", "Recompute", "Ring"]
+__all__ = ["Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch", "Recompute", "Ring"]
 
 
 class Choice(StrEnum):
@@ -79,6 +79,13 @@ class Recompute(Choice):
     FULL = "full"
 
 
+class Attention(Choice):
+    """How the attention core meets HBM (docs/workloads.md#attention)."""
+
+    UNFUSED = "unfused"  # scores and probabilities written to and read from HBM in fp32 (XLA without a fused kernel)
+    FUSED = "fused"  # one pass over Q, K, V and O, flash-style; the backward pass recomputes the scores
+
+
 class CollectiveOp(Choice):
     """The collective operations (docs/network.md#rings-and-collectives)."""
 
@@ -112,6 +119,7 @@ _NOUNS = MappingProxyType({
     "Fidelity": "fidelity",
     "Prefetch": "prefetch policy",
     "Recompute": "recompute policy",
+    "Attention": "attention variant",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",
     "MultiAxis": "multi-axis schedule",

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "
           f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
           f"recompute {result.recompute}, {result.microbatches} micro-batch{'es' if result.microbatches > 1 else ''}")
+    print(f"  attention     {result.switches['attention']}")
     if not result.feasible:
         print("  infeasible    " + "; ".join(result.violations))
     for text in result.notes:

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
 def _print(result: TuneResult) -> None:
     mode = "exhaustive" if result.exhaustive else "pruned"
     print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
-          f"prefetch {result.prefetch}, recompute {result.recompute}, {result.microbatches} micro-batch"
+          f"prefetch {result.prefetch}, recompute {result.recompute}, attention {result.attention}, "
+          f"{result.microbatches} micro-batch"
           f"{'es' if result.microbatches > 1 else ''}; {mode} search")
     rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):

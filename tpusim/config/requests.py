@@ -28,7 +28,7 @@ from tpusim.config.loader import FrozenModel, Problem, first_error, problem, ren
 from tpusim.config.model import TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
-from tpusim.vocabulary import Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
+from tpusim.vocabulary import Attention, Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
 
 __all__ = [
     "FF_LAYERS",
@@ -222,6 +222,7 @@ DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
 FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
 PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
+AttentionName = Annotated[Attention, BeforeValidator(_choice(Attention))]
 OpName = Annotated[CollectiveOp, BeforeValidator(_choice(CollectiveOp))]
 RingName = Annotated[Ring, BeforeValidator(_choice(Ring))]
 MultiAxisName = Annotated[MultiAxis, BeforeValidator(_choice(MultiAxis))]
@@ -363,6 +364,8 @@ class StepRequest(_Algorithm):
     recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
                                      "fits in HBM), none, selective, full")
     microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
+    attention: AttentionName = Field(Attention.UNFUSED, description="attention core: unfused (scores and "
+                                     "probabilities through HBM in fp32) or fused (flash-style, one pass)")
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
     ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
@@ -389,6 +392,8 @@ class TuneRequest(Request):
                                      "fits in HBM), none, selective, full")
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
                                        "fit under full recomputation when nothing fits the whole batch)")
+    attention: AttentionName = Field(Attention.UNFUSED, description="attention core: unfused (scores and "
+                                     "probabilities through HBM in fp32) or fused (flash-style, one pass)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
                                    "else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(

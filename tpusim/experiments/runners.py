@@ -135,7 +135,7 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
                     _per_layer(request.transposes), _prefetch(profile, request.prefetch), request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
-                    optimizer=request.optimizer, microbatches=memory.microbatches)
+                    optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -155,6 +155,7 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
+        attention=request.attention,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,

@@ -19,10 +19,10 @@ from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.units import dtype_bytes
-from tpusim.vocabulary import Dataflow
+from tpusim.vocabulary import Attention, Dataflow
 
 __all__ = ["FF_LAYERS", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op",
-           "Pass", "block_ops",
+           "Pass", "attention_ops", "block_ops",
            "ff_layers", "heuristic_dataflow", "model_flops_per_block", "padded_vocabulary", "step_extras"]
 
 
@@ -144,22 +144,45 @@ class BlockShape:
     rows_per_chip: float  # tokens per chip row (B S / R), the LayerNorm statistics count
 
 
+# bytes per attention score of the unfused core: QK^T writes the fp32 scores, softmax reads them and writes fp32
+# probabilities, AV reads those (forward); the backward reads the probabilities, writes and reads the probability
+# gradient, reads the probabilities again for the softmax gradient, writes the score gradient and reads it twice
+# (for dQ and dK) (docs/workloads.md#attention)
+UNFUSED_SCORE_BYTES = MappingProxyType({"forward": 4 * 4.0, "backward": 7 * 4.0})
+
+
+def attention_ops(attention: Attention, shape: BlockShape, model: TransformerModel, dtype: str) -> tuple[LocalOp,
+                                                                                                          LocalOp]:
+    """(forward, backward) of the attention core on one chip (docs/workloads.md#attention).
+
+    Both variants multiply QK^T and AV forward (4 x sequences x heads x head_dim x S^2 FLOP, no causal discount)
+    and four such products backward. Unfused, the scores and probabilities pass through HBM in fp32; fused
+    (flash-style), the core reads Q, K, V and writes O once, and the backward pass recomputes QK^T and the softmax.
+    """
+    b = dtype_bytes(dtype)
+    act = shape.tokens_per_chip * shape.hidden_per_chip
+    scores = shape.sequences_per_chip * shape.heads_per_chip * model.sequence * model.sequence
+    flops = 4.0 * shape.sequences_per_chip * shape.heads_per_chip * model.head_dim * model.sequence ** 2
+    softmax, softmax_bwd = VECTOR_OPS_PER_ELEMENT["softmax"], VECTOR_OPS_PER_ELEMENT["softmax.bwd"]
+    if attention is Attention.FUSED:
+        return (LocalOp("attention", flops, 4 * b * act, softmax * scores),
+                LocalOp("attention.bwd", 2.5 * flops, 8 * b * act, (softmax + softmax_bwd) * scores))
+    return (LocalOp("attention", flops, 4 * b * act + UNFUSED_SCORE_BYTES["forward"] * scores, softmax * scores),
+            LocalOp("attention.bwd", 2 * flops, 8 * b * act + UNFUSED_SCORE_BYTES["backward"] * scores,
+                    softmax_bwd * scores))
+
+
 def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: BlockShape, dtype: str,
-              stats_dtype: str, recompute: str) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+              stats_dtype: str, recompute: str,
+              attention_kind: Attention = Attention.UNFUSED) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """(forward ops, backward ops) of one block on one chip."""
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * shape.hidden_per_chip  # one [tokens, hidden] activation, per chip
     wide = shape.tokens_per_chip * shape.ffn_per_chip
-    s = model.sequence
-    scores = shape.sequences_per_chip * shape.heads_per_chip * s * s
-    # QK^T and AV: 2 GeMMs of 2 * S * S * head_dim FLOP per head and sequence; no causal discount
-    # (docs/workloads.md#the-transformer-block)
-    attn_flops = 4.0 * shape.sequences_per_chip * shape.heads_per_chip * model.head_dim * s * s
-    attn_bytes = b * (2 * scores + 4 * act)  # softmax reads and writes the scores; q, k, v in, out back
     qkv, out_proj, ff1, ff2 = layers
     stats = int(shape.rows_per_chip)
     per = VECTOR_OPS_PER_ELEMENT
-    attention = LocalOp("attention", attn_flops, attn_bytes, per["softmax"] * scores)
+    attention, attention_bwd = attention_ops(attention_kind, shape, model, dtype)
 
     def feature_axis(layer: FFLayer) -> int:
         return 0 if layer.transpose else 1
@@ -197,9 +220,9 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
         gemm(out_proj, Pass.BACKWARD_DATA), gemm(out_proj, Pass.BACKWARD_WEIGHT),
     ]
     if recompute == "selective":
-        backward.append(LocalOp("recompute.attention", attn_flops, attn_bytes, attention.vector_ops))
+        backward.append(LocalOp("recompute.attention", attention.flops, attention.hbm_bytes, attention.vector_ops))
     backward += [
-        LocalOp("attention.bwd", 2 * attn_flops, 2 * attn_bytes, per["softmax.bwd"] * scores),
+        attention_bwd,
         gemm(qkv, Pass.BACKWARD_DATA), gemm(qkv, Pass.BACKWARD_WEIGHT),
         LocalOp("ln1.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
         NormStatsOp("ln1.psum.bwd", stats, stats_dtype, feature_axis(qkv)),
@@ -227,16 +250,18 @@ def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) 
     return gemm + 3 * attention_fwd
 
 
-def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: int, recompute: str) -> float:
+def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: int, recompute: str,
+                              attention: Attention = Attention.UNFUSED) -> float:
     """FLOPs the backward pass spends recomputing one block's forward (for HFU): the attention core under
-    ``selective``, the whole forward under ``full``."""
+    ``selective``, the whole forward under ``full``; a fused attention core also recomputes QK^T."""
     h, f, s = model.hidden, model.ffn, model.sequence
     attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
+    fused = 0.5 * attention_fwd if attention is Attention.FUSED else 0.0
     if recompute == "selective":
-        return attention_fwd
+        return attention_fwd + fused
     if recompute == "full":
-        return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f) + attention_fwd
-    return 0.0
+        return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f) + attention_fwd + fused
+    return fused
 
 
 def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:

@@ -33,7 +33,7 @@ from tpusim.model.layer import (
     recompute_flops_per_block,
     step_extras,
 )
-from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import Attention, Dataflow, Fidelity, Prefetch, Recompute
 
 __all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_shape", "plan_block", "plan_step", "step_model_flops"]
 
@@ -61,6 +61,7 @@ class StepSpec:
     embedding: bool = False  # token embedding and LM head, once per step
     optimizer: bool = False  # the Adam update, once per step
     microbatches: int = 1  # the batch runs as this many micro-batches, gradients accumulated
+    attention: Attention = Attention.UNFUSED  # how the attention core meets HBM
 
     @property
     def tokens(self) -> int:
@@ -121,7 +122,8 @@ def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], t
     algorithm = get_algorithm(spec.algorithm)
     shape, split = block_shape(spec, mesh, spec.allow_infeasible)
     layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
-    forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute)
+    forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute,
+                                  spec.attention)
     if algorithm.parallelism != "2d":
         forward, backward = _one_d_statistics(forward, algorithm.parallelism), _one_d_statistics(
             backward, algorithm.parallelism)
@@ -204,7 +206,7 @@ def _nearest_below(algorithm: GemmAlgorithm, op: GemmOp, mesh: tuple[int, int], 
 
 def step_hardware_flops(spec: StepSpec) -> float:
     """What HFU counts: the model FLOPs plus those the backward pass spends recomputing activations."""
-    extra = recompute_flops_per_block(spec.model, spec.tokens, spec.batch, str(spec.recompute))
+    extra = recompute_flops_per_block(spec.model, spec.tokens, spec.batch, str(spec.recompute), spec.attention)
     return step_model_flops(spec) + extra * spec.model.layers
 
 

@@ -175,6 +175,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         feasible=not plan.violations, violations=list(plan.violations), bytes_sent_per_layer=bytes_per_layer,
         max_link_utilisation=busiest, simulated_layers=sizes, mapping=mapping.describe(),
         switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
+                  "attention": str(spec.attention),
                   "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
         notes=notes,
     )

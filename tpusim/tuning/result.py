@@ -70,6 +70,7 @@ class TuneResult:
     microbatches: int
     prefetch: str
     recompute: str
+    attention: str
     fidelity: str
     exhaustive: bool
     best: Choice

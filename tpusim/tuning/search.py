@@ -47,7 +47,7 @@ from tpusim.tuning.layer_costs import (
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
 from tpusim.units import GB
-from tpusim.vocabulary import Dataflow, Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import Attention, Dataflow, Fidelity, Prefetch, Recompute
 
 REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
@@ -67,6 +67,7 @@ class TuneSpec:
     topology: str | None = None
     prefetch: Prefetch | None = None
     recompute: Recompute = Recompute.AUTO
+    attention: Attention = Attention.UNFUSED
     microbatches: int | None = None  # None: 1, or the fewest that fit (``model.memory.plan_memory``)
     fidelity: Fidelity = Fidelity.AUTO
     exhaustive: bool = False
@@ -234,6 +235,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         raise _no_mesh(request, micro, rejected)
 
     spec = StepSpec(model, algorithm.name, micro, prefetch=prefetch, recompute=memory.recompute,
+                    attention=request.attention,
                     bytes_per_param=request.bytes_per_param, dtype=request.dtype,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
     pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
@@ -276,7 +278,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
         microbatches=memory.microbatches, prefetch=str(prefetch), recompute=str(memory.recompute),
-        fidelity=str(request.fidelity),
+        attention=str(request.attention), fidelity=str(request.fidelity),
         exhaustive=request.exhaustive, best=best, runner_up=runner,
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
