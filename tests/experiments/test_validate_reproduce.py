@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from tpusim.cli.main import main
+from tpusim.config.requests import TuneRequest, parse_request
 from tpusim.experiments import validation
+from tpusim.experiments.families.comparisons import _breakdown_rows
 from tpusim.experiments.reproduce import reproduce
+from tpusim.experiments.runners import run_request
 
 
 def test_validate_passes_and_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,3 +47,17 @@ def test_slice_sweep_family_writes_its_table_and_figure(tmp_path: Path) -> None:
 def test_unknown_family_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_breakdown_reruns_the_tuned_configuration_with_its_memory_choices() -> None:
+    """A tune point that needs memory ignored (GPT-3 on 16 chips) and a fused attention core: the breakdown's step
+    is the tuned configuration, so its time equals the tuner's best exactly."""
+    point = {"model": "gpt3-175b", "hardware": "meshslice-sim", "chips": 16, "algorithm": "collective",
+             "batch": 16, "ignore_memory": True, "attention": "fused"}
+    request = parse_request(TuneRequest, point)
+    result = run_request(TuneRequest, point)
+    entry = {"point": request.model_dump(mode="json", by_alias=True), "result": result.to_dict(), "error": None}
+    rows = _breakdown_rows([entry])
+    [step] = [row for row in rows if row["part"] == "step"]
+    assert step["mesh"] == result.best.mesh
+    assert step["time_s"] == pytest.approx(result.best.step_time_s, rel=1e-12)

@@ -106,7 +106,12 @@ def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "model": point["model"], "hardware": point["hardware"], "mesh": best["mesh"],
             "algorithm": point["algorithm"], "slices": best["slices"] if any(best["slices"]) else None,
             "dataflows": best["dataflows"], "transposes": best["transposes"], "batch": point["batch"],
-            "allow_infeasible": point["allow_infeasible"], "prefetch": point["prefetch"]})
+            "allow_infeasible": point["allow_infeasible"], "prefetch": point["prefetch"],
+            # everything else the tuner timed with, so the step is the configuration it chose
+            "scale": point["scale"], "multi_axis": point["multi_axis"], "overlap_limit": point["overlap_limit"],
+            "ignore_memory": point["ignore_memory"], "recompute": entry["result"]["recompute"],
+            "microbatches": entry["result"].get("microbatches", 1),
+            "attention": entry["result"].get("attention", "unfused")})
         base = {"model": point["model"], "algorithm": point["algorithm"], "mesh": best["mesh"]}
         rows.append({**base, "part": "step", "time_s": step.step_time_s, "compute_s": step.compute_s,
                      "exposed_comm_s": step.exposed_comm_s, "idle_s": step.idle_s})
