@@ -5,14 +5,15 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tpusim.cli.main import main
 from tpusim.config.requests import TuneRequest, parse_request
 from tpusim.experiments import validation
-from tpusim.experiments.families.comparisons import _breakdown_rows
-from tpusim.experiments.reproduce import reproduce
+from tpusim.experiments.families.comparisons import _breakdown_rows, _headline_rows
+from tpusim.experiments.reproduce import headline_table, reproduce
 from tpusim.experiments.runners import run_request
 
 
@@ -61,3 +62,26 @@ def test_breakdown_reruns_the_tuned_configuration_with_its_memory_choices() -> N
     [step] = [row for row in rows if row["part"] == "step"]
     assert step["mesh"] == result.best.mesh
     assert step["time_s"] == pytest.approx(result.best.step_time_s, rel=1e-12)
+
+
+def _tuned(algorithm: str, ignore_memory: bool, step_time_s: float, recompute: str) -> dict[str, Any]:
+    best = {"mesh": "32x8", "slices": [None] * 4, "dataflows": ["os"] * 4, "step_time_s": step_time_s,
+            "mfu": 0.5, "hfu": 0.6}
+    return {"point": {"model": "gpt3-175b", "algorithm": algorithm, "hardware": "tpuv4",
+                      "ignore_memory": ignore_memory},
+            "result": {"best": best, "recompute": recompute, "microbatches": 1}, "error": None}
+
+
+def test_headline_compares_within_each_memory_treatment() -> None:
+    """Feasible and memory-ignored points are two comparisons: speedups never mix them, rows say which."""
+    entries = [_tuned("wang", False, 12.0, "full"), _tuned("meshslice", False, 10.0, "full"),
+               _tuned("wang", True, 9.0, "none"), _tuned("meshslice", True, 8.0, "none")]
+    rows = _headline_rows(entries)
+    by_key = {(row["memory"], row["algorithm"]): row for row in rows}
+    assert by_key[("feasible", "wang")]["meshslice_speedup"] == pytest.approx(0.2)
+    assert by_key[("ignored", "wang")]["meshslice_speedup"] == pytest.approx(0.125)
+    assert by_key[("feasible", "meshslice")]["recompute"] == "full"
+    assert by_key[("ignored", "meshslice")]["hfu"] == 0.6
+    text = headline_table(rows)
+    assert "gpt3-175b, memory feasible: MeshSlice vs best other 2D (wang) +20.0%" in text
+    assert "gpt3-175b, memory ignored: MeshSlice vs best other 2D (wang) +12.5%" in text

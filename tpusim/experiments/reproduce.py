@@ -64,18 +64,20 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
 
 def headline_table(rows: list[dict[str, Any]]) -> str:
     """The headline rows as a fixed-width text table."""
-    lines = [f"{'model':<22} {'algorithm':<11} {'mesh':<7} {'step (s)':>9} {'MFU':>6} {'MS speedup':>11}"]
+    lines = [f"{'model':<22} {'memory':<9} {'algorithm':<11} {'mesh':<7} {'step (s)':>9} {'MFU':>6} {'HFU':>6} "
+             f"{'MS speedup':>11}"]
     for row in rows:
         speedup = row.get("meshslice_speedup")
         lines.append(
-            f"{row['model']:<22} {row['algorithm']:<11} {row['mesh']:<7} "
+            f"{row['model']:<22} {row['memory']:<9} {row['algorithm']:<11} {row['mesh']:<7} "
             f"{(row['step_time_s'] or float('nan')):>9.3f} {100 * (row['mfu'] or 0):>5.1f}% "
+            f"{100 * (row['hfu'] or 0):>5.1f}% "
             f"{'' if speedup is None or row['algorithm'] == 'meshslice' else f'{100 * speedup:+.1f}%':>11}"
         )
-    for model in dict.fromkeys(r["model"] for r in rows):
-        first = next(r for r in rows if r["model"] == model)
+    for model, memory in dict.fromkeys((r["model"], r["memory"]) for r in rows):
+        first = next(r for r in rows if (r["model"], r["memory"]) == (model, memory))
         if first.get("speedup_vs_best_other_2d") is not None:
-            lines.append(f"{model}: MeshSlice vs best other 2D ({first['best_other_2d']}) "
+            lines.append(f"{model}, memory {memory}: MeshSlice vs best other 2D ({first['best_other_2d']}) "
                          f"{100 * first['speedup_vs_best_other_2d']:+.1f}% (paper: "
                          f"+{100 * first['paper_claim_vs_best_2d']:.1f}%)")
     return "\n".join(lines)
