@@ -12,7 +12,9 @@ import pytest
 from tpusim.cli.main import main
 from tpusim.config.requests import TuneRequest, parse_request
 from tpusim.experiments import validation
+from tpusim.experiments.families.common import by_panel
 from tpusim.experiments.families.comparisons import _breakdown_rows, _headline_rows
+from tpusim.experiments.families.scaling import _tuned_rows
 from tpusim.experiments.reproduce import headline_table, reproduce
 from tpusim.experiments.runners import run_request
 
@@ -85,3 +87,24 @@ def test_headline_compares_within_each_memory_treatment() -> None:
     text = headline_table(rows)
     assert "gpt3-175b, memory feasible: MeshSlice vs best other 2D (wang) +20.0%" in text
     assert "gpt3-175b, memory ignored: MeshSlice vs best other 2D (wang) +12.5%" in text
+
+
+def test_scaling_and_mesh_families_panel_by_memory_treatment() -> None:
+    """Weak/strong scaling and mesh-shapes rows carry the memory treatment; figures get one panel per model and
+    treatment, a row of panels per treatment."""
+    entries = [dict(_tuned("meshslice", ignore, 10.0, "full"), point={
+        "model": model, "algorithm": "meshslice", "hardware": "meshslice-sim", "ignore_memory": ignore,
+        "chips": 256, "batch": None}) for model in ("gpt3-175b", "megatron-nlg-530b-ms") for ignore in (False, True)]
+    for entry in entries:
+        entry["result"]["best"]["feasible"] = True
+    rows = _tuned_rows(entries)
+    assert [(r["model"], r["memory"]) for r in rows] == [
+        ("gpt3-175b", "feasible"), ("gpt3-175b", "ignored"),
+        ("megatron-nlg-530b-ms", "feasible"), ("megatron-nlg-530b-ms", "ignored")]
+    panels, columns = by_panel(rows)
+    assert list(panels) == ["gpt3-175b, memory feasible", "megatron-nlg-530b-ms, memory feasible",
+                            "gpt3-175b, memory ignored", "megatron-nlg-530b-ms, memory ignored"]
+    assert columns == 2
+    only_ignored, columns = by_panel([r for r in rows if r["memory"] == "ignored"])
+    assert list(only_ignored) == ["gpt3-175b, memory ignored", "megatron-nlg-530b-ms, memory ignored"]
+    assert columns == 2

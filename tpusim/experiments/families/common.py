@@ -116,6 +116,28 @@ def by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return {m: r for m, r in grouped.items() if r}
 
 
+MEMORY_TREATMENTS = ("feasible", "ignored")
+
+
+def memory_label(point: dict[str, Any]) -> str:
+    """How a point treats HBM: ``feasible`` (recomputation and micro-batches chosen to fit) or ``ignored`` (the
+    paper's accounting)."""
+    return "ignored" if point["ignore_memory"] else "feasible"
+
+
+def by_panel(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Rows grouped into figure panels, one per model and memory treatment, titled "model, memory X"; and the
+    number of panel columns (one row of panels per treatment)."""
+    panels: dict[str, list[dict[str, Any]]] = {}
+    models = 1
+    for treatment in MEMORY_TREATMENTS:
+        grouped = by_model([r for r in rows if r.get("memory", "ignored") == treatment])
+        models = max(models, len(grouped))
+        for model, model_rows in grouped.items():
+            panels[f"{model}, memory {treatment}"] = model_rows
+    return panels, min(models, len(panels)) or 1
+
+
 def clip_tall_bars(ax: Any, bars: Any, totals: list[float], names: list[str],
                    extra: list[str] | None = None) -> list[int]:
     """Keep the axis readable when one bar (1D TP) dwarfs the rest: cap the y axis, write each clipped bar's full

@@ -15,8 +15,10 @@ from tpusim.experiments.families.common import (
     COLOURS,
     PAPER_SPEEDUP,
     by_model,
+    by_panel,
     clip_tall_bars,
     figure,
+    memory_label,
     save,
     shared_legend,
     step_of,
@@ -24,12 +26,6 @@ from tpusim.experiments.families.common import (
 from tpusim.experiments.families.family import Family
 from tpusim.experiments.families.sweeps import speedups
 from tpusim.experiments.runners import run_request
-
-
-def memory_label(point: dict[str, Any]) -> str:
-    """How a point treats HBM: ``feasible`` (recompute and micro-batches chosen to fit) or ``ignored`` (the
-    paper's accounting)."""
-    return "ignored" if point["ignore_memory"] else "feasible"
 
 
 def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -62,12 +58,9 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for memory in ("feasible", "ignored"):
-        for model, model_rows in by_model([r for r in rows if r["memory"] == memory]).items():
-            grouped[f"{model}, memory {memory}"] = model_rows
-    fig, axes = figure(len(grouped), width=6.5, height=4.6)
-    for ax, (panel, model_rows) in zip(axes, grouped.items(), strict=True):
+    grouped, columns = by_panel(rows)
+    fig, axes = figure(columns, width=6.5, height=4.6, rows=-(-len(grouped) // columns))
+    for ax, (panel, model_rows) in zip(axes, grouped.items(), strict=False):
         model = model_rows[0]["model"]
         ordered = sorted((r for r in model_rows if r["step_time_s"]),
                          key=lambda r: ALGORITHM_ORDER.index(r["algorithm"]))

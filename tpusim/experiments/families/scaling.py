@@ -13,7 +13,9 @@ from tpusim.experiments.families.common import (
     ALGORITHM_ORDER,
     COLOURS,
     by_model,
+    by_panel,
     figure,
+    memory_label,
     plain_number,
     save,
     shared_legend,
@@ -26,11 +28,15 @@ def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for entry in entries:
         point, best = entry["point"], step_of(entry)
+        result = entry.get("result") or {}
         rows.append({
-            "model": point["model"], "algorithm": point["algorithm"], "chips": point["chips"],
-            "batch": point["batch"] or point["chips"],
+            "model": point["model"], "memory": memory_label(point), "algorithm": point["algorithm"],
+            "chips": point["chips"], "batch": point["batch"] or point["chips"],
             "mesh": best["mesh"] if best else "", "step_time_s": best["step_time_s"] if best else None,
-            "mfu": best["mfu"] if best else None, "slices": best["slices"] if best else None,
+            "mfu": best["mfu"] if best else None, "hfu": best.get("hfu") if best else None,
+            "recompute": result.get("recompute") if best else None,
+            "microbatches": result.get("microbatches") if best else None,
+            "slices": best["slices"] if best else None,
             "feasible": best["feasible"] if best else False, "error": entry.get("error") or "",
         })
     return rows
@@ -47,10 +53,10 @@ def _chip_axis(ax: Any, chips: list[int]) -> None:
 
 def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label: str, scale: float,
            log_y: bool) -> None:
-    grouped = by_model(rows)
-    fig, axes = figure(len(grouped), width=6.5, height=5.0)
+    grouped, columns = by_panel(rows)
+    fig, axes = figure(columns, width=6.5, height=5.0, rows=-(-len(grouped) // columns))
     infeasible = gaps = False
-    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
+    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
         for algorithm in ALGORITHM_ORDER:
             mine = [r for r in model_rows if r["algorithm"] == algorithm]
             gaps = gaps or any(r[field] is None for r in mine)
@@ -105,8 +111,11 @@ def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label
         notes.append("Hollow marker: the best configuration breaks a sharding constraint (e.g. the chip count "
                      "does not divide the attention heads, which are then padded); it is timed anyway.")
     if gaps:
-        notes.append("A missing point has no configuration at all (Cannon needs a square mesh); lines join the "
-                     "points that exist.")
+        notes.append("A missing point has no configuration at all (Cannon needs a square mesh; under memory "
+                     "feasible, the model does not fit at that chip count); lines join the points that exist.")
+    if any(r.get("memory") == "feasible" for r in rows):
+        notes.append("Memory feasible: every configuration fits in HBM (recomputation and micro-batches chosen by "
+                     "the tuner); memory ignored: the paper's accounting.")
     save(fig, path, title, note=" ".join(notes) + "\n" + ALGORITHM_NOTE, legend=(handles, labels),
          legend_columns=min(len(labels), 4 if len(labels) > 7 else len(labels)))
 

@@ -14,7 +14,9 @@ from tpusim.experiments.families.common import (
     PAPER_SPEEDUP,
     TWO_D,
     by_model,
+    by_panel,
     figure,
+    memory_label,
     save,
     shared_legend,
     step_of,
@@ -27,10 +29,11 @@ def _step_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for entry in entries:
         point, result = entry["point"], step_of(entry) or {}
         rows.append({
-            "model": point["model"], "mesh": point["mesh"], "requested_slices": point["slices"],
+            "model": point["model"], "memory": memory_label(point), "mesh": point["mesh"],
+            "requested_slices": point["slices"], "recompute": result.get("recompute"),
             "slices": result.get("slices"), "step_time_s": result.get("step_time_s"),
             "compute_s": result.get("compute_s"), "exposed_comm_s": result.get("exposed_comm_s"),
-            "mfu": result.get("mfu"), "feasible": result.get("feasible", False),
+            "mfu": result.get("mfu"), "hfu": result.get("hfu"), "feasible": result.get("feasible", False),
             "violations": len(result.get("violations", [])), "error": entry.get("error") or "",
         })
     return rows
@@ -68,10 +71,10 @@ def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    grouped = by_model(rows)
-    fig, axes = figure(len(grouped), width=6.5, height=4.6)
+    grouped, columns = by_panel(rows)
+    fig, axes = figure(columns, width=6.5, height=4.6, rows=-(-len(grouped) // columns))
     any_infeasible = False
-    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
+    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
         meshes = [r["mesh"] for r in model_rows]
         times = [r["step_time_s"] or 0.0 for r in model_rows]
         bars = ax.bar(meshes, times, color="#8172b3", edgecolor="#3b3360")
@@ -85,7 +88,7 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             if used is not None and row.get("requested_slices") not in (None, used):
                 text += f"\n({row['requested_slices']} requested)"
             if row["step_time_s"] is None:
-                text = "failed"
+                text = "does not fit" if "HBM" in row["error"] else "failed"
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
                         textcoords="offset points", ha="center", va="bottom", fontsize=8)
         ax.set_ylim(0, 1.18 * max(times, default=1.0) or 1.0)
@@ -102,6 +105,9 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             "and timed anyway, for one or both of two reasons: the requested K is not a feasible slice count on "
             "that mesh, so the nearest feasible K below is used (the bar then says '8 requested'); or the C chips "
             "of the feature axis do not divide the attention heads, which are then padded.")
+    if any(r.get("memory") == "feasible" for r in rows):
+        note += (" Memory feasible: each step uses the least recomputation that fits in HBM; memory ignored: the "
+                 "paper's accounting.")
     save(fig, path, title, note=note, legend=(handles, [str(h.get_label()) for h in handles]))
 
 
