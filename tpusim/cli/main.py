@@ -8,6 +8,7 @@ valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a valid
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -57,6 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`tpusim schema | head -1`): what it read was all it wanted, so exit quietly;
+        # stdout is pointed at devnull so that the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as error:  # an internal error: say so in one line, the traceback only on request
         if debug:
             traceback.print_exc()
