@@ -22,6 +22,7 @@ _SIZE_UNITS = MappingProxyType({
     "kB": KB, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
     "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB,
 })
+_SIZE_UNITS_BY_CASE = MappingProxyType({name.lower(): name for name in _SIZE_UNITS})
 _TIME_UNITS = MappingProxyType({"s": 1.0, "ms": ms, "us": us, "µs": us, "ns": ns})
 _FLOPS_PREFIX = MappingProxyType({"": 1.0, "K": 1e3, "G": 1e9, "T": 1e12, "P": 1e15})
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -55,18 +56,25 @@ def _finite_positive(value: float, text: object, what: str, allow_zero: bool) ->
     return value
 
 
+def _size_unit(unit: str) -> str | None:
+    """The canonical spelling of a byte unit, whatever its case ("mb" -> "MB", "gib" -> "GiB"); sizes are
+    always bytes, so the case carries no meaning."""
+    return _SIZE_UNITS_BY_CASE.get(unit.lower())
+
+
 def parse_size(text: str | float | int, *, allow_zero: bool = False) -> float:
-    """Bytes from ``"64MB"`` (64e6), ``"8 MiB"`` (8 * 2**20) or a plain number of bytes."""
+    """Bytes from ``"64MB"`` (64e6), ``"8 MiB"`` (8 * 2**20), either in any case, or a plain number of bytes."""
     if isinstance(text, bool):
         raise UnitError(f"size {text!r} is not a number of bytes")
     if isinstance(text, int | float):
         return _finite_positive(float(text), text, "size", allow_zero)
     value, unit = _split(text)
-    if unit not in _SIZE_UNITS:
+    canonical = _size_unit(unit)
+    if canonical is None:
         raise UnitError(
             f"size {text!r} has unknown unit {unit!r}; valid: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB"
         )
-    return _finite_positive(value * _SIZE_UNITS[unit], text, "size", allow_zero)
+    return _finite_positive(value * _SIZE_UNITS[canonical], text, "size", allow_zero)
 
 
 def parse_bandwidth(text: str | float | int) -> float:
@@ -76,9 +84,10 @@ def parse_bandwidth(text: str | float | int) -> float:
     if isinstance(text, int | float):
         return _finite_positive(float(text), text, "bandwidth", False)
     value, unit = _split(text)
-    if not unit.endswith("/s") or unit[:-2] not in _SIZE_UNITS:
+    canonical = _size_unit(unit[:-2]) if unit.endswith("/s") else None
+    if canonical is None:
         raise UnitError(f"bandwidth {text!r} needs a unit per second, e.g. '45 GB/s' or '90e9 B/s'")
-    return _finite_positive(value * _SIZE_UNITS[unit[:-2]], text, "bandwidth", False)
+    return _finite_positive(value * _SIZE_UNITS[canonical], text, "bandwidth", False)
 
 
 def parse_time(text: str | float | int, *, allow_zero: bool = True) -> float:
