@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpusim.units import UnitError, parse_bandwidth, parse_size
+from tpusim.units import UnitError, format_size, parse_bandwidth, parse_size
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -25,3 +25,11 @@ def test_unknown_units_are_named_with_the_valid_ones() -> None:
         parse_size("3 xb")
     with pytest.raises(UnitError, match=r"^bandwidth '45 GB' needs a unit per second"):
         parse_bandwidth("45 GB")
+
+
+@pytest.mark.parametrize(("nbytes", "text"), [
+    (32 * 2**30, "32 GiB"), (8 * 2**20, "8 MiB"), (64e6, "64 MB"), (15.7035e9, "15.7035 GB"), (4096.0, "4 KiB"), (4100.0, "4.1 kB"),
+    (2048.0, "2 KiB"), (512.0, "512 B"), (1e9, "1 GB"),
+])
+def test_sizes_print_in_the_units_they_are_whole_in(nbytes: float, text: str) -> None:
+    assert format_size(nbytes) == text
