@@ -140,10 +140,11 @@ def format_time(seconds: float) -> str:
 
 
 def format_size(nbytes: float) -> str:
-    """A readable size with a unit: ``64 MB``; a whole number of binary units in those (``32 GiB``, ``8 MiB``)
-    unless it is also a whole number of decimal ones."""
+    """A readable size with a unit: ``64 MB``; a whole number (below 1024) of binary units in those (``32 GiB``,
+    ``8 MiB``) unless it is also a whole number of decimal ones."""
     for unit, scale, decimal in (("TiB", TiB, TB), ("GiB", GiB, GB), ("MiB", MiB, MB), ("KiB", KiB, KB)):
-        if abs(nbytes) >= scale and float(nbytes / scale).is_integer() and not float(nbytes / decimal).is_integer():
+        whole = float(nbytes / scale).is_integer() and abs(nbytes) < 1024 * scale  # 32 GiB, not 14976 MiB
+        if abs(nbytes) >= scale and whole and not float(nbytes / decimal).is_integer():
             return f"{nbytes / scale:.6g} {unit}"
     for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
         if abs(nbytes) >= scale:
