@@ -142,11 +142,13 @@ def format_time(seconds: float) -> str:
 def format_size(nbytes: float) -> str:
     """A readable size with a unit: ``64 MB``; a whole number (below 1024) of binary units in those (``32 GiB``,
     ``8 MiB``) unless it is also a whole number of decimal ones."""
-    for unit, scale, decimal in (("TiB", TiB, TB), ("GiB", GiB, GB), ("MiB", MiB, MB), ("KiB", KiB, KB)):
-        whole = float(nbytes / scale).is_integer() and abs(nbytes) < 1024 * scale  # 32 GiB, not 14976 MiB
-        if abs(nbytes) >= scale and whole and not float(nbytes / decimal).is_integer():
-            return f"{nbytes / scale:.6g} {unit}"
-    for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
+    binary: tuple[tuple[str, float, float], ...] = (
+        ("TiB", TiB, TB), ("GiB", GiB, GB), ("MiB", MiB, MB), ("KiB", KiB, KB))
+    for name, size, decimal in binary:
+        whole = float(nbytes / size).is_integer() and abs(nbytes) < 1024 * size  # 32 GiB, not 14976 MiB
+        if abs(nbytes) >= size and whole and not float(nbytes / decimal).is_integer():
+            return f"{nbytes / size:.6g} {name}"
+    for name, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
         if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.6g} {unit}"
+            return f"{nbytes / scale:.6g} {name}"
     return f"{nbytes:.6g} B"
