@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tpusim.errors import UserError
+from tpusim.errors import UserError, unknown_name
 from tpusim.units import UnitError, parse_count, parse_size
 
 
@@ -27,6 +27,18 @@ def size_arg(flag: str) -> Callable[[str], int]:
         if value != int(value):
             raise UsageError(f"{flag}: size {text!r} is not a whole number of bytes")
         return int(value)
+
+    return parse
+
+
+def name_arg(kind: str, names: list[str]) -> Callable[[str], str]:
+    """An argparse type for one of ``names``: a miss is the standard unknown-name error with its "did you mean",
+    not argparse's "invalid choice"."""
+
+    def parse(text: str) -> str:
+        if text not in names:
+            raise unknown_name(kind, text, names)
+        return text
 
     return parse
 

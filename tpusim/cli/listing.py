@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import emit_json
+from tpusim.cli.common import emit_json, name_arg
 from tpusim.config.catalog import EXPERIMENTS
 from tpusim.experiments.spec import load_experiment
 from tpusim.gemm.registry import algorithms
@@ -15,7 +15,8 @@ from tpusim.vocabulary import CollectiveOp
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
-    parser.add_argument("what", choices=["hardware", "models", "algorithms", "collectives", "experiments"])
+    things = ["hardware", "models", "algorithms", "collectives", "experiments"]
+    parser.add_argument("what", type=name_arg("listing", things), metavar="WHAT", help=f"one of: {', '.join(things)}")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.set_defaults(handler=run)
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from tpusim.cli.common import count_arg, emit_json, note, positive_number_arg
+from tpusim.cli.common import count_arg, emit_json, name_arg, note, positive_number_arg
 from tpusim.config import Experiment
 from tpusim.experiments.run import run_experiment
 
@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("experiment", help="a packaged experiment name (see 'tpusim list experiments') or a YAML file")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
-    p.add_argument("--executor", choices=["local", "dask"], default="local")
+    p.add_argument("--executor", type=name_arg("executor", ["local", "dask"]), default="local",
+                   help="local (worker processes) or dask (a Dask scheduler, see --scheduler)")
     p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     p.add_argument("--resume", action="store_true", help="keep finished points in --out and run the rest")
     p.add_argument("--timeout", type=positive_number_arg("--timeout"),
