@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tpusim.errors import UserError, unknown_name
@@ -41,6 +42,13 @@ def name_arg(kind: str, names: list[str]) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def out_dir_arg(text: str) -> Path:
+    """An argparse type for ``--out``: a folder path; an empty one would silently mean the current folder."""
+    if not text.strip():
+        raise UsageError("--out '' is empty; give the folder the results go to (it is created if missing)")
+    return Path(text)
 
 
 def count_arg(flag: str) -> Callable[[str], int]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-from tpusim.cli.common import count_arg, emit_json, name_arg
+from tpusim.cli.common import count_arg, emit_json, name_arg, out_dir_arg
 from tpusim.errors import ValidationFailed
 from tpusim.experiments.families import family_names
 from tpusim.experiments.reproduce import headline_table, reproduce
@@ -19,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     families = [*family_names(), "all"]
     p.add_argument("family", type=name_arg("reproduction family", families), metavar="FAMILY",
                    help=f"one of: {', '.join(families)}")
-    p.add_argument("--out", type=Path, required=True, help="output folder; family X goes to OUT/X/")
+    p.add_argument("--out", type=out_dir_arg, required=True, help="output folder; family X goes to OUT/X/")
     p.add_argument("--quick", action="store_true", help="pruned tuner instead of exhaustive search")
     p.add_argument("--hardware", help="run every point on this profile instead of the family's")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=os.cpu_count() or 1,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from tpusim.cli.common import count_arg, emit_json, name_arg, note, positive_number_arg
+from tpusim.cli.common import count_arg, emit_json, name_arg, note, out_dir_arg, positive_number_arg
 from tpusim.config import Experiment
 from tpusim.experiments.run import run_experiment
 
@@ -15,7 +14,7 @@ from tpusim.experiments.run import run_experiment
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run every point of an experiment file")
     p.add_argument("experiment", help="a packaged experiment name (see 'tpusim list experiments') or a YAML file")
-    p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
+    p.add_argument("--out", type=out_dir_arg, required=True, help="output folder (created if missing)")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
     p.add_argument("--executor", type=name_arg("executor", ["local", "dask"]), default="local",
                    help="local (worker processes) or dask (a Dask scheduler, see --scheduler)")

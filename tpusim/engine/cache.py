@@ -13,10 +13,11 @@ import copy
 import dataclasses
 import hashlib
 import json
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+
+from tpusim.engine.atomic import write_atomic
 
 _MEMORY_ENTRIES = 4096
 
@@ -72,10 +73,7 @@ class TimingCache:
         self._remember(key, value)
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            path = self.folder / f"{key}.json"
-            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(value, sort_keys=True))
-            os.replace(tmp, path)
+            write_atomic(self.folder / f"{key}.json", json.dumps(value, sort_keys=True))
 
     def _remember(self, key: str, value: dict[str, Any]) -> None:
         self.memory[key] = value

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from tpusim.engine.atomic import replace_atomically
 from tpusim.topology.physical import PhysicalTopology
 
 if TYPE_CHECKING:
@@ -465,12 +465,4 @@ def _summary(topology: PhysicalTopology, values: FloatArray) -> str:
 
 
 def _write_atomic(figure: Figure, target: Path) -> None:
-    # A unique sibling name: same file system for os.replace, and concurrent writers never share it.
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temporary, "xb") as handle:
-            figure.savefig(handle, format="png", dpi=DPI)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    replace_atomically(target, lambda handle: figure.savefig(handle, format="png", dpi=DPI))

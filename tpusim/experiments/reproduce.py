@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpusim.engine.atomic import write_atomic
 from tpusim.experiments.families import family_names, get_family
-from tpusim.experiments.results import check_output_dir, render_csv, write_atomic
+from tpusim.experiments.results import check_output_dir, render_csv
 from tpusim.experiments.run import run_experiment
 from tpusim.experiments.spec import load_experiment
 from tpusim.hardware import load_hardware

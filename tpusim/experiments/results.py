@@ -11,11 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import tpusim
+from tpusim.engine.atomic import write_atomic
 from tpusim.errors import OutputPathError
 
 
@@ -30,12 +30,6 @@ def check_output_dir(out: Path) -> None:
         probe.unlink()
     except OSError as error:
         raise OutputPathError(f"output folder {str(out)!r} is not writable: {error.strerror}") from None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _cell(value: Any) -> Any:
