@@ -14,7 +14,8 @@ from typing import Self
 
 from tpusim.errors import unknown_name
 
-__all__ = ["Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch", "Recompute", "Ring"]
+__all__ = ["EARLY_PREFETCH", "Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch",
+           "Recompute", "Ring"]
 
 
 class Choice(StrEnum):
@@ -62,12 +63,20 @@ class Prefetch(Choice):
     ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
     ``previous-op``: it is issued when the previous op starts (physically honest; for a GeMM simulated on
     its own there is no previous op, so it behaves like ``none``).
+    ``window``: it is issued when the op ``prefetch_window`` places earlier starts, while the gathered buffers
+    issued early and not yet consumed fit in ``prefetch_budget`` bytes (window 0 is ``none``, window 1 with no
+    budget ``previous-op``).
     ``ideal``: the MeshSlice authors' accounting: it overlaps the very GeMM that consumes it.
     """
 
     NONE = "none"
     PREVIOUS_OP = "previous-op"
+    WINDOW = "window"  # up to ``prefetch_window`` ops early, within ``prefetch_budget`` bytes of gathered buffers
     IDEAL = "ideal"
+
+
+EARLY_PREFETCH = frozenset({Prefetch.PREVIOUS_OP, Prefetch.WINDOW})
+"""The policies under which a step starts data-independent gathers before their GeMM's op."""
 
 
 class Recompute(Choice):

@@ -323,7 +323,7 @@ class _Algorithm(_OnMesh):
     algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
     variant: str | None = Field(None, description="algorithm variant (cannon: textbook, bidirectional-halves)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run: none, "
-                                          "previous-op or ideal (default: the profile's)")
+                                          "previous-op, window or ideal (default: the profile's)")
 
 
 class GemmRequest(_Algorithm):
@@ -364,6 +364,10 @@ class StepRequest(_Algorithm):
     recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
                                      "fits in HBM), none, selective, full")
     microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
+    prefetch_window: Index = Field(1, description="under --prefetch window: how many ops before its GeMM a "
+                                   "data-independent gather may start (0: none)")
+    prefetch_budget: Size | None = Field(None, description="under --prefetch window: bytes of gathered buffers a "
+                                         "chip may hold early (default: no bound); reserved in the memory estimate")
     attention: AttentionName = Field(Attention.UNFUSED, description="attention core: unfused (scores and "
                                      "probabilities through HBM in fp32) or fused (flash-style, one pass)")
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
@@ -388,6 +392,10 @@ class TuneRequest(Request):
     topology: str | None = Field(None, description="physical network (default: the TPUv4 slice for the chip count)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
                                           "profile's)")
+    prefetch_window: Index = Field(1, description="under --prefetch window: how many ops before its GeMM a "
+                                   "data-independent gather may start (0: none)")
+    prefetch_budget: Size | None = Field(None, description="under --prefetch window: bytes of gathered buffers a "
+                                         "chip may hold early (default: no bound); reserved in the memory estimate")
     recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
                                      "fits in HBM), none, selective, full")
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "

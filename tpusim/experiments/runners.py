@@ -35,6 +35,7 @@ from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import GemmResult, simulate_gemm
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.model.memory import plan_memory
+from tpusim.model.program import prefetch_budget
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
@@ -129,13 +130,17 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
                               "only 'meshslice' takes a slice count")
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
     batch = request.batch or mapping.num_chips
+    prefetch = _prefetch(profile, request.prefetch)
+    budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
-                         profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory)
+                         profile.chip.hbm_capacity - (budget or 0.0), request.bytes_per_param,
+                         ignore_memory=request.ignore_memory)
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
-                    _per_layer(request.transposes), _prefetch(profile, request.prefetch), request.variant,
+                    _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
-                    optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention)
+                    optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
+                    prefetch_window=request.prefetch_window, prefetch_budget=budget)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -155,7 +160,8 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
-        attention=request.attention,
+        attention=request.attention, prefetch_window=request.prefetch_window,
+        prefetch_budget=request.prefetch_budget,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,

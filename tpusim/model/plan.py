@@ -62,6 +62,8 @@ class StepSpec:
     optimizer: bool = False  # the Adam update, once per step
     microbatches: int = 1  # the batch runs as this many micro-batches, gradients accumulated
     attention: Attention = Attention.UNFUSED  # how the attention core meets HBM
+    prefetch_window: int = 1  # ops ahead a gather may start under the ``window`` policy
+    prefetch_budget: float | None = None  # bytes of gathered buffers in hand early (window policy); None: no bound
 
     @property
     def tokens(self) -> int:

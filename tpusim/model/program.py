@@ -4,8 +4,9 @@ Every chip runs the same sequence of ops: the once-per-step ops before the block
 ops between the passes, each block backward in reverse, the ops after. A distributed GeMM runs its
 algorithm's own chip program; local work runs on the MXU or against HBM; LayerNorm statistics are one small
 all-reduce (XLA fuses the row means and mean-squares). Under ``previous-op`` prefetch the coming GeMM's
-data-independent gathers start when the op before it starts. The tuner prices the non-FF part of a step with
-this same program, so the two never diverge.
+data-independent gathers start when the op before it starts; under ``window`` when the op ``window`` places
+earlier starts, within a budget of gathered bytes. The tuner prices the non-FF part of a step with this same
+program, so the two never diverge.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
+from tpusim.errors import InfeasibleError
 from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
-from tpusim.vocabulary import Prefetch
+from tpusim.units import parse_size
+from tpusim.vocabulary import EARLY_PREFETCH, Prefetch
 
-__all__ = ["Entry", "OpsRun", "run_ops", "step_sequence"]
+__all__ = ["Entry", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops", "step_sequence"]
 
 Entry = tuple[Op, int]
 """One op of the sequence and the layer it belongs to (-1: once per step)."""
@@ -45,29 +48,68 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
     return sequence
 
 
-def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], timeline: Timeline
-                 ) -> Generator[simpy.Event, Any, None]:
+@dataclass(frozen=True)
+class PrefetchWindow:
+    """How far ahead a step starts data-independent gathers: ``ops`` places, while the gathered buffers issued
+    early and not yet consumed stay within ``budget`` bytes (None: no bound). Applies to GeMMs whose policy is
+    ``previous-op`` (always one op, no budget) or ``window``."""
+
+    ops: int = 1
+    budget: float | None = None
+
+
+Gathers = dict[tuple[str, int, int], simpy.Event]
+
+
+def prefetch_budget(prefetch: Prefetch, budget: int | str | None) -> float | None:
+    """The window policy's budget in bytes; a budget under any other policy is a user error."""
+    if budget is None:
+        return None
+    if prefetch is not Prefetch.WINDOW:
+        raise InfeasibleError(f"--prefetch-budget applies to --prefetch window; the prefetch policy is {prefetch}")
+    return parse_size(budget, allow_zero=True)
+
+
+def _start_early_gathers(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], index: int,
+                         window: PrefetchWindow, issued: dict[int, Gathers], held: dict[int, float]) -> None:
+    """As op ``index`` starts: the gathers of the GeMMs ahead within the window, in program order, while their
+    gathered buffers fit the budget."""
+    for ahead in range(index + 1, min(index + window.ops, len(sequence) - 1) + 1):
+        coming = sequence[ahead][0]
+        if ahead in issued or not isinstance(coming, GemmOp):
+            continue
+        job = gemms[coming.name]
+        policy = job.ctx.params.prefetch
+        if policy not in EARLY_PREFETCH or (policy is Prefetch.PREVIOUS_OP and ahead != index + 1):
+            continue
+        keys = job.algorithm.prefetchable_gathers(job.ctx)
+        if not keys:
+            continue
+        size = sum((job.w if key[0] == "w" else job.x).nbytes * dev.size(key[1]) for key in keys)
+        if policy is Prefetch.WINDOW and window.budget is not None and sum(held.values()) + size > window.budget:
+            return  # in order: a later GeMM never overtakes one that does not fit yet
+        issued[ahead] = {key: dev.all_gather(job.w if key[0] == "w" else job.x, key[1], key[2]) for key in keys}
+        held[ahead] = size
+
+
+def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], timeline: Timeline,
+                 window: PrefetchWindow) -> Generator[simpy.Event, Any, None]:
     """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline``."""
-    early: dict[tuple[str, int, int], simpy.Event] = {}
-    pending: dict[tuple[str, int, int], simpy.Event] = {}
+    issued: dict[int, Gathers] = {}
+    held: dict[int, float] = {}
     for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
-        coming = sequence[index + 1][0] if index + 1 < len(sequence) else None
-        if isinstance(coming, GemmOp) and gemms[coming.name].ctx.params.prefetch is Prefetch.PREVIOUS_OP:
-            # previous-op prefetch: the coming GeMM's data-independent gathers start as this op starts
-            job = gemms[coming.name]
-            early = {key: dev.all_gather(job.w if key[0] == "w" else job.x, key[1], key[2])
-                     for key in job.algorithm.prefetchable_gathers(job.ctx)}
+        _start_early_gathers(dev, sequence, gemms, index, window, issued, held)
         if isinstance(op, GemmOp):
             job = gemms[op.name]
-            dev.prefetched = pending
+            dev.prefetched = issued.pop(index, {})
             yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
             dev.prefetched = {}
+            held.pop(index, None)
         elif isinstance(op, LocalOp):
             yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name=op.name)
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
-        pending, early = early, {}
         timeline.append((op.name, layer, start, dev.env.now))
 
 
@@ -81,15 +123,15 @@ class OpsRun:
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
             representatives: Sequence[tuple[int, int]] | None = None,
-            chip_slowdown: dict[int, float] | None = None) -> OpsRun:
+            chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow()) -> OpsRun:
     """Every chip (or the ``representatives``) runs ``sequence``; the account of the run."""
     sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown)
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
     timelines: dict[int, Timeline] = {}
 
-    def args(dev: Device) -> tuple[Sequence[Entry], dict[str, PreparedGemm], Timeline]:
+    def args(dev: Device) -> tuple[Sequence[Entry], dict[str, PreparedGemm], Timeline, PrefetchWindow]:
         timelines[dev.chip_id] = []
-        return (sequence, gemms, timelines[dev.chip_id])
+        return (sequence, gemms, timelines[dev.chip_id], window)
 
     run_spmd(sim, runtime, step_program, args)
     result = account(sim, runtime, symmetric=representatives is not None)

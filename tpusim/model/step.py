@@ -27,9 +27,9 @@ from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op, ff_layers
 from tpusim.model.memory import estimate_memory
 from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
-from tpusim.model.program import OpsRun, run_ops, step_sequence
+from tpusim.model.program import OpsRun, PrefetchWindow, run_ops, step_sequence
 from tpusim.topology import MeshMapping
-from tpusim.vocabulary import Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
 __all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
 
@@ -126,7 +126,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     total_layers = spec.model.layers
     sizes: list[int] = []
     bytes_per_layer, busiest = None, None
-    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch is not Prefetch.PREVIOUS_OP:
+    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
         step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, fresh, plan, reps)
@@ -135,6 +135,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
             total_layers]
         windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
+                           window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
                            chip_slowdown=chip_slowdown) for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
@@ -158,8 +159,9 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                                else links[-1].bytes_sent / sizes[-1])
     chips = mesh[0] * mesh[1]
     mfu, hfu = _utilisation(spec, chips * hardware.chip.peak_flops, step_time)
-    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
-                             spec.bytes_per_param)
+    # a prefetch budget is HBM reserved for gathered buffers, so it is carved out of the capacity
+    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute,
+                             hardware.chip.hbm_capacity - (spec.prefetch_budget or 0.0), spec.bytes_per_param)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
@@ -175,7 +177,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         feasible=not plan.violations, violations=list(plan.violations), bytes_sent_per_layer=bytes_per_layer,
         max_link_utilisation=busiest, simulated_layers=sizes, mapping=mapping.describe(),
         switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
-                  "attention": str(spec.attention),
+                  "attention": str(spec.attention), "prefetch_window": spec.prefetch_window,
+                  "prefetch_budget_bytes": spec.prefetch_budget,
                   "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
         notes=notes,
     )

@@ -33,6 +33,7 @@ from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.memory import plan_memory
+from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory, nothing_fits
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
@@ -68,6 +69,8 @@ class TuneSpec:
     prefetch: Prefetch | None = None
     recompute: Recompute = Recompute.AUTO
     attention: Attention = Attention.UNFUSED
+    prefetch_window: int = 1
+    prefetch_budget: int | str | None = None
     microbatches: int | None = None  # None: 1, or the fewest that fit (``model.memory.plan_memory``)
     fidelity: Fidelity = Fidelity.AUTO
     exhaustive: bool = False
@@ -218,8 +221,10 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     cache = cache if cache is not None else CostCache(context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
-    memory = plan_memory(model, chips, batch, request.recompute, request.microbatches, hardware.chip.hbm_capacity,
-                         request.bytes_per_param, ignore_memory=request.ignore_memory)
+    budget = prefetch_budget(prefetch, request.prefetch_budget)
+    memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
+                         hardware.chip.hbm_capacity - (budget or 0.0), request.bytes_per_param,
+                         ignore_memory=request.ignore_memory)
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
     if not request.ignore_memory:
@@ -235,7 +240,8 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         raise _no_mesh(request, micro, rejected)
 
     spec = StepSpec(model, algorithm.name, micro, prefetch=prefetch, recompute=memory.recompute,
-                    attention=request.attention,
+                    attention=request.attention, prefetch_window=request.prefetch_window,
+                    prefetch_budget=budget,
                     bytes_per_param=request.bytes_per_param, dtype=request.dtype,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
     pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,

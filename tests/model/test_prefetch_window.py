@@ -1,0 +1,42 @@
+"""The prefetch window (docs/algorithms.md#prefetch-policy): window 0 is ``none``, window 1 ``previous-op``, a wider
+window starts weight gathers earlier, a budget that no gathered buffer fits turns it off, and the budget is HBM
+the memory estimate reserves."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim import api
+from tpusim.errors import InfeasibleError
+
+WANG = {"model": "gpt3-175b", "hardware": "tpuv4", "mesh": "4x4", "algorithm": "wang", "batch": 16,
+        "ignore_memory": True}
+
+
+def _time(**changes: object) -> float:
+    return api.step(**WANG, **changes).step_time_s
+
+
+def test_window_zero_is_none_and_window_one_is_previous_op() -> None:
+    assert _time(prefetch="window", prefetch_window=0) == _time(prefetch="none")
+    assert _time(prefetch="window", prefetch_window=1) == _time(prefetch="previous-op")
+
+
+def test_a_wider_window_hides_more_and_a_budget_too_small_for_any_buffer_hides_nothing() -> None:
+    none, one, wide = _time(prefetch="none"), _time(prefetch="window", prefetch_window=1), _time(
+        prefetch="window", prefetch_window=8)
+    assert wide < one < none
+    assert _time(prefetch="window", prefetch_window=8, prefetch_budget="1 B") == none
+
+
+def test_the_budget_is_reserved_in_the_memory_estimate() -> None:
+    plain = api.step(**WANG, prefetch="window", prefetch_window=4)
+    reserved = api.step(**WANG, prefetch="window", prefetch_window=4, prefetch_budget="2 GiB")
+    assert reserved.memory_capacity_bytes == plain.memory_capacity_bytes - 2 * 2**30
+    assert reserved.memory_bytes_per_chip == plain.memory_bytes_per_chip
+
+
+def test_a_budget_needs_the_window_policy() -> None:
+    with pytest.raises(InfeasibleError, match=r"^--prefetch-budget applies to --prefetch window; the prefetch "
+                                              r"policy is previous-op$"):
+        api.step(**WANG, prefetch="previous-op", prefetch_budget="1 GiB")
