@@ -223,6 +223,17 @@ FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
 PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
 AttentionName = Annotated[Attention, BeforeValidator(_choice(Attention))]
+
+# fields that step and tune requests share, described once
+RecomputeField = Annotated[RecomputeName, Field(description="activation recomputation: auto (the least that fits "
+                                                            "in HBM), none, selective, full")]
+AttentionField = Annotated[AttentionName, Field(description="attention core: unfused (scores and probabilities "
+                                                            "through HBM in fp32) or fused (flash-style, one pass)")]
+PrefetchWindowField = Annotated[Index, Field(description="under --prefetch window: how many ops before its GeMM a "
+                                                         "data-independent gather may start (0: none)")]
+PrefetchBudgetField = Annotated[Size | None, Field(description="under --prefetch window: bytes of gathered buffers "
+                                                               "a chip may hold early (default: no bound); reserved "
+                                                               "in the memory estimate")]
 OpName = Annotated[CollectiveOp, BeforeValidator(_choice(CollectiveOp))]
 RingName = Annotated[Ring, BeforeValidator(_choice(Ring))]
 MultiAxisName = Annotated[MultiAxis, BeforeValidator(_choice(MultiAxis))]
@@ -361,15 +372,11 @@ class StepRequest(_Algorithm):
     batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
                                    "symmetric")
-    recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
-                                     "fits in HBM), none, selective, full")
+    recompute: RecomputeField = Recompute.AUTO
     microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
-    prefetch_window: Index = Field(1, description="under --prefetch window: how many ops before its GeMM a "
-                                   "data-independent gather may start (0: none)")
-    prefetch_budget: Size | None = Field(None, description="under --prefetch window: bytes of gathered buffers a "
-                                         "chip may hold early (default: no bound); reserved in the memory estimate")
-    attention: AttentionName = Field(Attention.UNFUSED, description="attention core: unfused (scores and "
-                                     "probabilities through HBM in fp32) or fused (flash-style, one pass)")
+    prefetch_window: PrefetchWindowField = 1
+    prefetch_budget: PrefetchBudgetField = None
+    attention: AttentionField = Attention.UNFUSED
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
     ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
@@ -392,16 +399,12 @@ class TuneRequest(Request):
     topology: str | None = Field(None, description="physical network (default: the TPUv4 slice for the chip count)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
                                           "profile's)")
-    prefetch_window: Index = Field(1, description="under --prefetch window: how many ops before its GeMM a "
-                                   "data-independent gather may start (0: none)")
-    prefetch_budget: Size | None = Field(None, description="under --prefetch window: bytes of gathered buffers a "
-                                         "chip may hold early (default: no bound); reserved in the memory estimate")
-    recompute: RecomputeName = Field(Recompute.AUTO, description="activation recomputation: auto (the least that "
-                                     "fits in HBM), none, selective, full")
+    prefetch_window: PrefetchWindowField = 1
+    prefetch_budget: PrefetchBudgetField = None
+    recompute: RecomputeField = Recompute.AUTO
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
                                        "fit under full recomputation when nothing fits the whole batch)")
-    attention: AttentionName = Field(Attention.UNFUSED, description="attention core: unfused (scores and "
-                                     "probabilities through HBM in fp32) or fused (flash-style, one pass)")
+    attention: AttentionField = Attention.UNFUSED
     fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
                                    "else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
