@@ -133,8 +133,8 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
     prefetch = _prefetch(profile, request.prefetch)
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
-                         profile.chip.hbm_capacity - (budget or 0.0), request.bytes_per_param,
-                         ignore_memory=request.ignore_memory)
+                         profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                         reserved_bytes=budget)
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,

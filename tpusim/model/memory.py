@@ -44,9 +44,17 @@ class MemoryEstimate:
         return max(self.total_bytes - self.capacity_bytes, 0.0)
 
 
+def _usable(capacity_bytes: float, reserved_bytes: float | None) -> float:
+    """The HBM left for the model once ``reserved_bytes`` (the prefetch window's budget of gathered buffers)
+    are set aside."""
+    return capacity_bytes - (reserved_bytes or 0.0)
+
+
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
-                    capacity_bytes: float, bytes_per_param: float = 16.0) -> MemoryEstimate:
-    """Memory per chip of the whole model under 2D (or 1D) tensor parallelism over ``chips``."""
+                    capacity_bytes: float, bytes_per_param: float = 16.0, *,
+                    reserved_bytes: float | None = None) -> MemoryEstimate:
+    """Memory per chip of the whole model under 2D (or 1D) tensor parallelism over ``chips``, against the
+    capacity left after ``reserved_bytes``."""
     params = model.params_per_layer * model.layers * bytes_per_param / chips
     s, b, h, a = model.sequence, batch, model.hidden, model.heads
     per_layer = {
@@ -54,7 +62,7 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
         Recompute.SELECTIVE: 34 * s * b * h,
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
-    return MemoryEstimate(params, per_layer * model.layers / chips, capacity_bytes)
+    return MemoryEstimate(params, per_layer * model.layers / chips, _usable(capacity_bytes, reserved_bytes))
 
 
 @dataclass(frozen=True)
@@ -67,13 +75,15 @@ class MemoryPlan:
 
 
 def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
-                capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False) -> MemoryPlan:
+                capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
+                reserved_bytes: float | None = None) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
     ignored, a configuration that cannot fit raises ``InfeasibleError`` naming the smallest shortfall and what
     would fit.
     """
+    capacity_bytes = _usable(capacity_bytes, reserved_bytes)
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
     counts = [microbatches] if microbatches is not None else [1]
     if ignore_memory:

@@ -159,9 +159,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                                else links[-1].bytes_sent / sizes[-1])
     chips = mesh[0] * mesh[1]
     mfu, hfu = _utilisation(spec, chips * hardware.chip.peak_flops, step_time)
-    # a prefetch budget is HBM reserved for gathered buffers, so it is carved out of the capacity
-    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute,
-                             hardware.chip.hbm_capacity - (spec.prefetch_budget or 0.0), spec.bytes_per_param)
+    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
+                             spec.bytes_per_param, reserved_bytes=spec.prefetch_budget)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,

@@ -223,8 +223,8 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     notes: list[str] = []
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
-                         hardware.chip.hbm_capacity - (budget or 0.0), request.bytes_per_param,
-                         ignore_memory=request.ignore_memory)
+                         hardware.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                         reserved_bytes=budget)
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
     if not request.ignore_memory:
