@@ -82,16 +82,18 @@ class PhysicalNetwork(Network):
 
     @property
     def costs(self) -> PhysicalCosts:
-        """What the closed forms charge on this network."""
-        ici = self.profile.ici
-        return PhysicalCosts(
-            bandwidth=ici.link_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
-            launch=ici.launch_overhead,
-            reduce_per_byte=self.reduction_per_byte, max_chunks=ici.max_chunks,
-        )
+        """What the closed forms charge on this network, built on first use (every collective call resolves
+        against it)."""
+        found: PhysicalCosts | None = getattr(self, "_costs", None)
+        if found is None:
+            ici = self.profile.ici
+            found = self._costs = PhysicalCosts(
+                bandwidth=ici.link_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
+                launch=ici.launch_overhead, reduce_per_byte=self._reduction_per_byte(), max_chunks=ici.max_chunks,
+            )
+        return found
 
-    @property
-    def reduction_per_byte(self) -> float:
+    def _reduction_per_byte(self) -> float:
         """Seconds a reduce-scatter or reduce step spends adding each received byte into the local buffer: the HBM
         passes or the vector unit, whichever is slower, for bf16 payloads; none where the profile charges no
         reductions (docs/network.md#software-costs)."""

@@ -85,10 +85,11 @@ def _start_early_gathers(dev: Device, sequence: Sequence[Entry], gemms: dict[str
         keys = job.algorithm.prefetchable_gathers(job.ctx)
         if not keys:
             continue
-        size = sum((job.w if key[0] == "w" else job.x).nbytes * dev.size(key[1]) for key in keys)
+        operands = {key: job.w if key[0] == "w" else job.x for key in keys}
+        size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
         if policy is Prefetch.WINDOW and window.budget is not None and sum(held.values()) + size > window.budget:
             return  # in order: a later GeMM never overtakes one that does not fit yet
-        issued[ahead] = {key: dev.all_gather(job.w if key[0] == "w" else job.x, key[1], key[2]) for key in keys}
+        issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2]) for key, tensor in operands.items()}
         held[ahead] = size
 
 
