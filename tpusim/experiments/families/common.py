@@ -138,6 +138,20 @@ def by_panel(rows: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]
     return panels, min(models, len(panels)) or 1
 
 
+Panels = dict[str, list[dict[str, Any]]]
+
+
+def panel_figure(rows: list[dict[str, Any]], width: float, height: float) -> tuple[Any, list[Any], Panels]:
+    """A figure with the panels of ``by_panel``: its axes in reading order and the rows of each panel."""
+    panels, columns = by_panel(rows)
+    fig, axes = figure(columns, width=width, height=height, rows=-(-len(panels) // columns))
+    return fig, axes, panels
+
+
+MEMORY_NOTE = ("Memory feasible: every configuration fits in HBM (recomputation and micro-batches chosen by the "
+               "tuner); memory ignored: the paper's accounting.")
+
+
 def clip_tall_bars(ax: Any, bars: Any, totals: list[float], names: list[str],
                    extra: list[str] | None = None) -> list[int]:
     """Keep the axis readable when one bar (1D TP) dwarfs the rest: cap the y axis, write each clipped bar's full

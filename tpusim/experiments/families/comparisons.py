@@ -13,12 +13,13 @@ from tpusim.experiments.families.common import (
     ALGORITHM_ORDER,
     CLIPPED_NOTE,
     COLOURS,
+    MEMORY_NOTE,
     PAPER_SPEEDUP,
     by_model,
-    by_panel,
     clip_tall_bars,
     figure,
     memory_label,
+    panel_figure,
     save,
     shared_legend,
     step_of,
@@ -58,8 +59,7 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    grouped, columns = by_panel(rows)
-    fig, axes = figure(columns, width=6.5, height=4.6, rows=-(-len(grouped) // columns))
+    fig, axes, grouped = panel_figure(rows, width=6.5, height=4.6)
     for ax, (panel, model_rows) in zip(axes, grouped.items(), strict=False):
         model = model_rows[0]["model"]
         ordered = sorted((r for r in model_rows if r["step_time_s"]),
@@ -92,11 +92,10 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_xlabel("algorithm (each at its own tuned mesh, slices and dataflows)")
         ax.set_ylabel("step time (s)")
         ax.grid(True, axis="y", alpha=0.3)
-    note = ("Memory feasible: each configuration fits in HBM (recomputation and micro-batches chosen by the tuner); "
-            "memory ignored: the paper's accounting. "
-            "Above each bar: the tuned mesh (R x C) and, for the other algorithms, MS +x% = MeshSlice speedup "
-            "over that algorithm, T_alg / T_MeshSlice - 1 (positive: MeshSlice is faster). Titles: MeshSlice's "
-            "speedup over the fastest other 2D algorithm, simulated here and as claimed in the paper. "
+    note = (MEMORY_NOTE + " Above each bar: the tuned mesh (R x C) and, for the other algorithms, MS +x% = "
+            "MeshSlice speedup over that algorithm, T_alg / T_MeshSlice - 1 (positive: MeshSlice is faster). "
+            "Titles: MeshSlice's speedup over the fastest other 2D algorithm, simulated here and as claimed in the "
+            "paper. "
             + CLIPPED_NOTE + "\n" + ALGORITHM_NOTE)
     save(fig, path, title, note=note)
 

@@ -12,10 +12,11 @@ from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
     ALGORITHM_ORDER,
     COLOURS,
+    MEMORY_NOTE,
     by_model,
-    by_panel,
     figure,
     memory_label,
+    panel_figure,
     plain_number,
     save,
     shared_legend,
@@ -53,8 +54,7 @@ def _chip_axis(ax: Any, chips: list[int]) -> None:
 
 def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label: str, scale: float,
            log_y: bool) -> None:
-    grouped, columns = by_panel(rows)
-    fig, axes = figure(columns, width=6.5, height=5.0, rows=-(-len(grouped) // columns))
+    fig, axes, grouped = panel_figure(rows, width=6.5, height=5.0)
     infeasible = gaps = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
         for algorithm in ALGORITHM_ORDER:
@@ -114,8 +114,7 @@ def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label
         notes.append("A missing point has no configuration at all (Cannon needs a square mesh; under memory "
                      "feasible, the model does not fit at that chip count); lines join the points that exist.")
     if any(r.get("memory") == "feasible" for r in rows):
-        notes.append("Memory feasible: every configuration fits in HBM (recomputation and micro-batches chosen by "
-                     "the tuner); memory ignored: the paper's accounting.")
+        notes.append(MEMORY_NOTE)
     save(fig, path, title, note=" ".join(notes) + "\n" + ALGORITHM_NOTE, legend=(handles, labels),
          legend_columns=min(len(labels), 4 if len(labels) > 7 else len(labels)))
 

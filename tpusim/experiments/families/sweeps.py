@@ -14,9 +14,9 @@ from tpusim.experiments.families.common import (
     PAPER_SPEEDUP,
     TWO_D,
     by_model,
-    by_panel,
     figure,
     memory_label,
+    panel_figure,
     save,
     shared_legend,
     step_of,
@@ -71,8 +71,7 @@ def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    grouped, columns = by_panel(rows)
-    fig, axes = figure(columns, width=6.5, height=4.6, rows=-(-len(grouped) // columns))
+    fig, axes, grouped = panel_figure(rows, width=6.5, height=4.6)
     any_infeasible = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
         meshes = [r["mesh"] for r in model_rows]
