@@ -22,7 +22,7 @@ from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Attention, Dataflow
 
 __all__ = ["FF_LAYERS", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op",
-           "Pass", "attention_ops", "block_ops",
+           "Pass", "attention_forward_flops", "attention_ops", "block_ops",
            "ff_layers", "heuristic_dataflow", "model_flops_per_block", "padded_vocabulary", "step_extras"]
 
 
@@ -162,7 +162,7 @@ def attention_ops(attention: Attention, shape: BlockShape, model: TransformerMod
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * shape.hidden_per_chip
     scores = shape.sequences_per_chip * shape.heads_per_chip * model.sequence * model.sequence
-    flops = 4.0 * shape.sequences_per_chip * shape.heads_per_chip * model.head_dim * model.sequence ** 2
+    flops = attention_forward_flops(model, shape.sequences_per_chip, shape.heads_per_chip)
     softmax, softmax_bwd = VECTOR_OPS_PER_ELEMENT["softmax"], VECTOR_OPS_PER_ELEMENT["softmax.bwd"]
     if attention is Attention.FUSED:
         return (LocalOp("attention", flops, 4 * b * act, softmax * scores),
@@ -242,25 +242,33 @@ def _renamed(ops: list[Op], prefix: str) -> list[Op]:
     return out
 
 
+def attention_forward_flops(model: TransformerModel, sequences: float, heads: float) -> float:
+    """FLOPs of the attention core's forward pass (QK^T and AV, 2 x S x S x head_dim each per head and sequence,
+    no causal discount) for ``sequences`` x ``heads``."""
+    return 4.0 * sequences * heads * model.head_dim * model.sequence * model.sequence
+
+
+def _ff_forward_flops(model: TransformerModel, tokens: int) -> float:
+    """FLOPs of the four FF layers' forward GeMMs for ``tokens`` tokens."""
+    h, f = model.hidden, model.ffn
+    return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f)
+
+
 def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) -> float:
     """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU)."""
-    h, f, s = model.hidden, model.ffn, model.sequence
-    gemm = 3 * 2.0 * tokens * (3 * h * h + h * h + 2 * h * f)
-    attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
-    return gemm + 3 * attention_fwd
+    return 3 * _ff_forward_flops(model, tokens) + 3 * attention_forward_flops(model, sequences, model.heads)
 
 
 def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: int, recompute: str,
                               attention: Attention = Attention.UNFUSED) -> float:
     """FLOPs the backward pass spends recomputing one block's forward (for HFU): the attention core under
     ``selective``, the whole forward under ``full``; a fused attention core also recomputes QK^T."""
-    h, f, s = model.hidden, model.ffn, model.sequence
-    attention_fwd = 4.0 * sequences * model.heads * model.head_dim * s * s
+    attention_fwd = attention_forward_flops(model, sequences, model.heads)
     fused = 0.5 * attention_fwd if attention is Attention.FUSED else 0.0
     if recompute == "selective":
         return attention_fwd + fused
     if recompute == "full":
-        return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f) + attention_fwd + fused
+        return _ff_forward_flops(model, tokens) + attention_fwd + fused
     return fused
 
 
