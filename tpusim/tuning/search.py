@@ -35,7 +35,7 @@ from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.memory import plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec, simulate_step
-from tpusim.tuning.capacity import mesh_memory, nothing_fits
+from tpusim.tuning.capacity import mesh_memory
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import (
     CostCache,
@@ -235,7 +235,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
 
     candidates, rejected = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
                                            request.allow_infeasible)
-    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes)
+    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget)
     if not candidates:
         raise _no_mesh(request, micro, rejected)
 
@@ -324,10 +324,11 @@ def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool) -> list[str]:
 
 
 def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
-                 notes: list[str]) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
-    """Drop the meshes that overflow HBM (unless memory is ignored); raise when none fits."""
+                 notes: list[str], reserved_bytes: float | None) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """Drop the meshes that overflow HBM (unless memory is ignored). ``plan_memory`` has already refused a step
+    that fits on no mesh, with the smallest shortfall and what would fit."""
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
-                              request.bytes_per_param), c) for c in candidates]
+                              request.bytes_per_param, reserved_bytes), c) for c in candidates]
     if request.ignore_memory:
         over = [e for e, _ in estimates if not e.feasible]
         if over:
@@ -336,10 +337,6 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
                          f"of {worst.capacity_bytes / GB:.1f} GB")
         return candidates, rejected
     fits = [c for e, c in estimates if e.feasible]
-    if estimates and not fits:
-        smallest = min((e for e, _ in estimates), key=lambda e: e.shortfall_bytes)
-        raise nothing_fits(request.model, request.chips, batch, request.recompute, request.hardware,
-                           request.bytes_per_param, smallest)
     dropped = [RejectedMesh(c.label, f"needs {e.total_bytes / GB:.1f} GB per chip of {e.capacity_bytes / GB:.1f} GB")
                for e, c in estimates if not e.feasible]
     return fits, rejected + dropped
