@@ -8,6 +8,7 @@ from tpusim.cli.common import emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.config.requests import StepRequest
 from tpusim.experiments.runners import run_step
+from tpusim.model.memory import microbatches_text
 from tpusim.units import format_size, format_time
 
 
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  dataflows     {', '.join(result.dataflows)}   slices {result.slices}")
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "
           f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
-          f"recompute {result.recompute}, {result.microbatches} micro-batch{'es' if result.microbatches > 1 else ''}")
+          f"recompute {result.recompute}, {microbatches_text(result.microbatches)}")
     print(f"  attention     {result.switches['attention']}")
     if not result.feasible:
         print("  infeasible    " + "; ".join(result.violations))

@@ -8,6 +8,7 @@ from tpusim.cli.common import emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.config.requests import TuneRequest
 from tpusim.experiments.runners import run_tune
+from tpusim.model.memory import microbatches_text
 from tpusim.tuning import Choice, TuneResult
 from tpusim.units import format_time
 
@@ -36,8 +37,7 @@ def _print(result: TuneResult) -> None:
     mode = "exhaustive" if result.exhaustive else "pruned"
     print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
           f"prefetch {result.prefetch}, recompute {result.recompute}, attention {result.attention}, "
-          f"{result.microbatches} micro-batch"
-          f"{'es' if result.microbatches > 1 else ''}; {mode} search")
+          f"{microbatches_text(result.microbatches)}; {mode} search")
     rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:

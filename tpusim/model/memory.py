@@ -44,6 +44,11 @@ class MemoryEstimate:
         return max(self.total_bytes - self.capacity_bytes, 0.0)
 
 
+def microbatches_text(count: int) -> str:
+    """``"1 micro-batch"``, ``"8 micro-batches"``: how messages and summaries name a micro-batch count."""
+    return f"{count} micro-batch{'es' if count != 1 else ''}"
+
+
 def _usable(capacity_bytes: float, reserved_bytes: float | None) -> float:
     """The HBM left for the model once ``reserved_bytes`` (the prefetch window's budget of gathered buffers)
     are set aside."""
@@ -108,12 +113,12 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
 def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
                smallest: MemoryPlan) -> str:
     asked = f"recompute {recompute}" + (
-        f", {microbatches} micro-batch{'es' if microbatches != 1 else ''}" if microbatches else "")
+        f", {microbatches_text(microbatches)}" if microbatches else "")
     estimate = smallest.estimate
     return (f"{model.name} on {chips} chips (batch {batch}, {asked}) does not fit in HBM: the smallest shortfall is "
             f"{estimate.shortfall_bytes / GB:.1f} GB per chip ({estimate.total_bytes / GB:.1f} GB of "
             f"{estimate.capacity_bytes / GB:.1f} GB with recompute {smallest.recompute}, "
-            f"{smallest.microbatches} micro-batch{'es' if smallest.microbatches != 1 else ''})")
+            f"{microbatches_text(smallest.microbatches)})")
 
 
 def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float) -> str:

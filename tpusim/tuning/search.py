@@ -32,7 +32,7 @@ from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
-from tpusim.model.memory import plan_memory
+from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory
@@ -228,8 +228,8 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
     if not request.ignore_memory:
-        notes.append(f"memory: recompute {memory.recompute}, {memory.microbatches} micro-batch"
-                     f"{'es' if memory.microbatches > 1 else ''} of {micro} sequences, "
+        notes.append(f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
+                     "sequences, "
                      f"{memory.estimate.total_bytes / GB:.1f} GB per chip of "
                      f"{memory.estimate.capacity_bytes / GB:.1f} GB")
 
