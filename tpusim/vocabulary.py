@@ -63,6 +63,9 @@ class Prefetch(Choice):
     ``none``: it is issued when its op starts and must finish before the GeMM that uses it.
     ``previous-op``: it is issued when the previous op starts (physically honest; for a GeMM simulated on
     its own there is no previous op, so it behaves like ``none``).
+    ``previous-gemm``: it is issued when the previous GeMM starts, after that GeMM's own collectives: where XLA's
+    latency-hiding scheduler places it with one all-gather in flight (docs/algorithms.md#prefetch-policy); alone, a GeMM
+    has no previous GeMM and behaves as under ``none``.
     ``window``: it is issued when the op ``prefetch_window`` places earlier starts, while the gathered buffers
     issued early and not yet consumed fit in ``prefetch_budget`` bytes (window 0 is ``none``, window 1 with no
     budget ``previous-op``).
@@ -71,11 +74,12 @@ class Prefetch(Choice):
 
     NONE = "none"
     PREVIOUS_OP = "previous-op"
+    PREVIOUS_GEMM = "previous-gemm"
     WINDOW = "window"  # up to ``prefetch_window`` ops early, within ``prefetch_budget`` bytes of gathered buffers
     IDEAL = "ideal"
 
 
-EARLY_PREFETCH = frozenset({Prefetch.PREVIOUS_OP, Prefetch.WINDOW})
+EARLY_PREFETCH = frozenset({Prefetch.PREVIOUS_OP, Prefetch.PREVIOUS_GEMM, Prefetch.WINDOW})
 """The policies under which a step starts data-independent gathers before their GeMM's op."""
 
 

@@ -33,12 +33,12 @@ def test_json_is_one_object_with_the_promised_fields(capsys: pytest.CaptureFixtu
     assert result["compute_s"] + result["exposed_comm_s"] + result["idle_s"] == pytest.approx(result["time_s"])
 
 
-def test_physical_default_prefetch_is_previous_op(capsys: pytest.CaptureFixture[str]) -> None:
+def test_physical_default_prefetch_is_previous_gemm(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["gemm", "--hardware", "tpuv4", "--topology", "torus:4x4", "--mesh", "4x4", "--algorithm",
             "collective", "--dataflow", "ls", "--m", "256", "--n", "256", "--k", "256", "--json"]
     code, out, _ = run(capsys, argv)
     assert code == 0
-    assert json.loads(out)["prefetch"] == "previous-op"
+    assert json.loads(out)["prefetch"] == "previous-gemm"
 
 
 def test_trace_has_a_process_per_chip_and_mxu_tracks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

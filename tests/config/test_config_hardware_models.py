@@ -50,7 +50,7 @@ def test_defaults() -> None:
     profile = validate(ProfileDocument, _profile(), "hw.yaml")
     assert isinstance(profile, PhysicalProfile)
     assert profile.base is None
-    assert profile.prefetch == "previous-op"
+    assert profile.prefetch == "previous-gemm"
     assert profile.overlap_slowdown == 1.0
     assert {value for _, value in profile.ici.launch_overhead} == {0.0}
     assert profile.overlap_limits.describe() == {}

@@ -115,7 +115,7 @@ def test_tpuv4_wire_is_tpuv4_without_software_costs() -> None:
     assert wire.overlap_limits.describe() == {}
     assert wire.ici.model_copy(update={"launch_overhead": tpu.ici.launch_overhead, "step_overhead": 4e-6,
                                        "reduction_passes": 3}) == tpu.ici
-    assert wire.chip.model_copy(update={"op_overhead": 1e-6}) == tpu.chip
+    assert wire.chip.model_copy(update={"op_overhead": 1e-6, "dma_hbm_traffic": 1.0}) == tpu.chip
 
 
 def test_meshslice_tpu_fit_values() -> None:

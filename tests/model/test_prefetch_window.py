@@ -40,3 +40,17 @@ def test_a_budget_needs_the_window_policy() -> None:
     with pytest.raises(InfeasibleError, match=r"^--prefetch-budget applies to --prefetch window; the prefetch "
                                               r"policy is previous-op$"):
         api.step(**WANG, prefetch="previous-op", prefetch_budget="1 GiB")
+
+
+def test_previous_gemm_starts_gathers_earlier_than_previous_op() -> None:
+    """XLA's placement: the weight gather of GeMM j + 1 starts with GeMM j, so the attention core, the norms and
+    the LayerNorm all-reduce between them hide it too, where ``previous-op`` starts it with the last of those."""
+    none, previous_op, previous_gemm = (_time(prefetch=p) for p in ("none", "previous-op", "previous-gemm"))
+    assert previous_gemm < previous_op < none
+
+
+def test_previous_gemm_alone_is_none() -> None:
+    """A GeMM simulated on its own has no previous GeMM."""
+    gemm = {"algorithm": "wang", "dataflow": "os", "m": 4096, "n": 4096, "k": 4096, "mesh": "4x4",
+            "hardware": "tpuv4", "topology": "torus:4x4"}
+    assert api.gemm(**gemm, prefetch="previous-gemm").time_s == api.gemm(**gemm, prefetch="none").time_s

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.errors import UserError, unknown_name
-from tpusim.units import UnitError, parse_count, parse_size
+from tpusim.units import UnitError, format_time, parse_count, parse_size
 
 
 class UsageError(UserError):
@@ -95,3 +95,8 @@ def _jsonable(value: Any) -> Any:
 def note(message: str) -> None:
     """A note for the human on stderr."""
     print(f"note: {message}", file=sys.stderr)
+
+
+def stall_text(stall: float) -> str:
+    """The part of compute that HBM contention added, where there is any (docs/chip.md#hbm-contention)."""
+    return f"   (of which {format_time(stall)} from HBM shared with DMA)" if stall > 0 else ""

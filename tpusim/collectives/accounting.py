@@ -31,6 +31,7 @@ class RunAccount:
     mxu: Spans
     comm: Spans
     flops: float
+    hbm_stall: float  # seconds the critical chip's ops ran longer because DMA shared HBM
     links: LinkTotals | None
     transfers: int
 
@@ -46,4 +47,5 @@ def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> 
     comm = runtime.comm_spans.get(critical, [])
     totals = runtime.network.totals(elapsed)
     return RunAccount(elapsed, critical, breakdown(mxu, comm, elapsed), mxu, comm, sim.chips[critical].flops,
+                      sim.chips[critical].hbm_stall if sim.chips else 0.0,
                       None if symmetric else totals, 0 if totals is None else totals.transfers)

@@ -62,6 +62,8 @@ class Device:
         self.chip_id = sim.mapping.chip(*index)
         self.chip = sim.chips[self.chip_id]
         self.model = sim.chip_model
+        if sim.hbm is not None:
+            sim.hbm.ledger.watch(self.chip_id)
         # gathers a step started early for the coming op ("previous-op" prefetch), by (operand, axis, dim)
         self.prefetched: dict[tuple[str, int, int], simpy.Event] = {}
 
@@ -77,9 +79,17 @@ class Device:
         return Tensor(tuple(int(s) for s in shape), dtype, data)
 
     # -- compute -------------------------------------------------------------------------------------
-    def _busy(self, seconds: float, name: str, flops: float, value: Any) -> simpy.Event:
+    def _busy(self, seconds: float, name: str, flops: float, value: Any, hbm_bytes: float) -> simpy.Event:
         if self.sim.hardware.overlap_slowdown != 1.0 and self.runtime.in_flight.get(self.chip_id, 0):
             seconds *= self.sim.hardware.overlap_slowdown
+        hbm = self.sim.hbm
+        if hbm is not None:
+            def spanned(start: float, end: float) -> None:
+                self.chip.flops += flops
+                if self.sim.tracer is not None:
+                    self.sim.tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
+
+            return hbm.occupy(self.chip, seconds, hbm_bytes, value, spanned)
         start, end = self.chip.reserve_mxu(self.env.now, seconds, flops)
         if self.sim.tracer is not None:
             self.sim.tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
@@ -114,9 +124,11 @@ class Device:
             raise ValueError(f"matmul shapes {ta.shape} @ {tb.shape} do not agree")
         seconds = self.model.gemm_time(m, n, k, in_bytes=ta.itemsize, out_bytes=ta.itemsize, accumulate=accumulate)
         flops = self.model.gemm_flops(m, n, k)
+        moved = (self.model.gemm_hbm_bytes(m, n, k, in_bytes=ta.itemsize, out_bytes=ta.itemsize,
+                                           accumulate=accumulate) if self.model.gemm_model == "roofline" else 0.0)
         if not pending:
-            return self._busy(seconds, name, flops, _product(ta, tb, acc))  # type: ignore[arg-type]
-        busy = self._busy(seconds, name, flops, None)
+            return self._busy(seconds, name, flops, _product(ta, tb, acc), moved)  # type: ignore[arg-type]
+        busy = self._busy(seconds, name, flops, None, moved)
         done = self.env.event()
 
         def deliver(values: simpy.Event) -> None:
@@ -132,12 +144,12 @@ class Device:
 
     def vector(self, hbm_bytes: float, *, name: str = "vector", value: Any = None) -> simpy.Event:
         """HBM-bound elementwise work of ``hbm_bytes`` read plus written."""
-        return self._busy(self.model.hbm_time(hbm_bytes), name, 0.0, value)
+        return self._busy(self.model.hbm_time(hbm_bytes), name, 0.0, value, hbm_bytes)
 
     def compute(self, flops: float, hbm_bytes: float, vector_ops: float = 0.0, *, name: str = "op",
                 value: Any = None) -> simpy.Event:
         """Work bounded by the slowest of its MXU FLOPs, vector operations and HBM traffic (attention, norms...)."""
-        return self._busy(self.model.op_time(flops, hbm_bytes, vector_ops), name, flops, value)
+        return self._busy(self.model.op_time(flops, hbm_bytes, vector_ops), name, flops, value, hbm_bytes)
 
     # -- collectives ---------------------------------------------------------------------------------
     def _collective(self, op: CollectiveOp, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:

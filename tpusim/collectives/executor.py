@@ -6,7 +6,9 @@ that is ready at that instant, for every group of the program, in one ``LinkArra
 what follows (the next hop of a multi-hop route, the successor message, the next phase) under its time. On
 uniform rings that is one wake-up per ring step, however many links and groups the step uses. A rank is done
 when its last incoming message of its group's last phase has arrived; ranks that receive nothing then are
-done when their group's program is.
+done when their group's program is. Where chips share HBM with their DMA (``HbmCharges``), each message
+charges its bytes to the HBM of the chip that sends it, of the chip that receives it and, while it is added in,
+the reduction's passes (docs/chip.md#hbm-contention).
 """
 
 from __future__ import annotations
@@ -14,21 +16,52 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 
 from tpusim.collectives.batch import Program
+from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray
 
 RankDone = Callable[[int, float], None]
 Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message indices, hop)
 
 
+@dataclass(frozen=True)
+class HbmCharges:
+    """Where a program's messages are charged in HBM: the ledger, each link's end chips, and the HBM bytes a
+    reduction moves per byte it adds."""
+
+    ledger: HbmLedger
+    link_src: np.ndarray
+    link_dst: np.ndarray
+    passes: float
+
+    def charge(self, route: np.ndarray, nbytes: np.ndarray, start: np.ndarray, end: np.ndarray, *, first: bool,
+               last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray) -> None:
+        """Messages sent over ``route`` links during [start, end]: read at the source on their ``first`` hop,
+        written at the destination on their ``last``, and ``added`` seconds of reduction after ``arrival``."""
+        ledger = self.ledger
+        if first:
+            ledger.record_many(self.link_src[route], start, end, nbytes)
+        if not last.any():
+            return
+        dst = self.link_dst[route[last]]
+        ledger.record_many(dst, start[last], end[last], nbytes[last])
+        if added is not None:
+            adds = added[last]
+            some = adds > 0
+            if some.any():
+                when = arrival[last][some]
+                ledger.record_many(dst[some], when, when + adds[some], nbytes[last][some] * self.passes)
+
+
 def execute_program(
     env: simpy.Environment, links: LinkArray, program: Program, on_rank_done: RankDone,
-    reduce_per_byte: float = 0.0,
+    reduce_per_byte: float = 0.0, hbm: HbmCharges | None = None,
 ) -> Generator[simpy.Event, Any, float]:
     """SimPy process body: run ``program`` from ``env.now``; report each rank's completion; return the end.
 
@@ -40,7 +73,7 @@ def execute_program(
         for rank in range(program.size * program.groups):
             on_rank_done(rank, start)
         return start
-    run = _Run(links, program, on_rank_done, reduce_per_byte, start)
+    run = _Run(links, program, on_rank_done, reduce_per_byte, start, hbm)
     heap = run.heap
     while heap:
         now = heap[0][0]
@@ -59,8 +92,9 @@ class _Run:
     """The state of one program's execution: what each rank, group and gate still waits for."""
 
     def __init__(self, links: LinkArray, program: Program, on_rank_done: RankDone, reduce_per_byte: float,
-                 start: float) -> None:
+                 start: float, hbm: HbmCharges | None = None) -> None:
         self.links = links
+        self.hbm = hbm
         self.program = program
         self.on_rank_done = on_rank_done
         self.adding = program.nbytes * (program.adds * reduce_per_byte) if reduce_per_byte else None
@@ -76,8 +110,14 @@ class _Run:
     def advance(self, idx: np.ndarray, hop: int, now: float) -> None:
         """Transmit hop ``hop`` of messages ``idx``, all ready at ``now``, and file what follows."""
         program = self.program
-        arrival = self.links.transmit(program.route[idx, hop], program.nbytes[idx], now)
+        route = program.route[idx, hop]
+        arrival = self.links.transmit(route, program.nbytes[idx], now)
         more = program.hops[idx] > hop + 1
+        if self.hbm is not None:
+            added = None if self.adding is None else self.adding[idx]
+            self.hbm.charge(route, program.nbytes[idx], np.asarray(self.links.last_start),
+                            np.asarray(self.links.last_end), first=hop == 0, last=~more, added=added,
+                            arrival=arrival)
         if more.any():
             self.file(idx[more], arrival[more], hop + 1)
             done = ~more
@@ -110,7 +150,10 @@ class _Run:
     def advance_one(self, i: int, hop: int, now: float) -> None:
         """``advance`` for a single message, in scalars: the same steps without array overhead."""
         program = self.program
-        arrival = self.links.transmit_one(int(program.route[i, hop]), float(program.nbytes[i]), now)
+        link = int(program.route[i, hop])
+        arrival = self.links.transmit_one(link, float(program.nbytes[i]), now)
+        if self.hbm is not None:
+            self._charge_one(i, hop, link, arrival)
         if program.hops[i] > hop + 1:
             self.file_one(i, arrival, hop + 1)
             return
@@ -133,6 +176,22 @@ class _Run:
             self.gate_left[gate] -= 1
             if self.gate_left[gate] == 0:
                 self.open(gate)
+
+    def _charge_one(self, i: int, hop: int, link: int, arrival: float) -> None:
+        """``HbmCharges.charge`` for the single message of ``advance_one``."""
+        hbm = self.hbm
+        assert hbm is not None
+        program = self.program
+        nbytes = float(program.nbytes[i])
+        start, end = float(self.links.last_start), float(self.links.last_end)
+        if hop == 0:
+            hbm.ledger.record(int(hbm.link_src[link]), start, end, nbytes)
+        if program.hops[i] > hop + 1:
+            return
+        dst = int(hbm.link_dst[link])
+        hbm.ledger.record(dst, start, end, nbytes)
+        if self.adding is not None and program.adds[i]:
+            hbm.ledger.record(dst, arrival, arrival + float(self.adding[i]), nbytes * hbm.passes)
 
     def open(self, gate: int) -> None:
         """Every message of a group's phase has arrived: release the group's next phase."""

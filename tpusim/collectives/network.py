@@ -20,6 +20,7 @@ import simpy
 from tpusim.collectives.call import CollectiveCall
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
+from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.trace import Tracer
 from tpusim.topology import MeshMapping
@@ -100,6 +101,11 @@ class Network(ABC):
     def trace_links(self, tracer: Tracer) -> None:
         """Record every link transfer into ``tracer`` (a network without links records nothing)."""
         del tracer
+
+    def share_hbm(self, ledger: HbmLedger) -> bool:
+        """Charge this network's DMA to the chips' HBM in ``ledger``; False where it cannot (no links)."""
+        del ledger
+        return False
 
     def totals(self, elapsed: float) -> LinkTotals | None:
         """What the links carried so far, or None on a network without links."""

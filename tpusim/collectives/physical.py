@@ -21,12 +21,13 @@ import simpy
 from tpusim.collectives.batch import Program, merge_phases
 from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
 from tpusim.collectives.dimensional import DIMENSIONAL_OPS, Dimensional
-from tpusim.collectives.executor import execute_program
+from tpusim.collectives.executor import HbmCharges, execute_program
 from tpusim.collectives.network import LinkTotals, Network, RankDone
 from tpusim.collectives.operations import operation
 from tpusim.collectives.plans import Plan
 from tpusim.config import HardwareProfile, PhysicalProfile
 from tpusim.engine.context import Context
+from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.trace import Tracer
 from tpusim.hardware.chip import ChipModel
@@ -52,6 +53,7 @@ class PhysicalNetwork(Network):
                  link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
         super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
         self._starting: dict[CollectiveCall, list[tuple[int, RankDone]]] = {}  # groups starting this instant
+        self._hbm: HbmCharges | None = None
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
@@ -92,6 +94,12 @@ class PhysicalNetwork(Network):
                 launch=ici.launch_overhead, reduce_per_byte=self._reduction_per_byte(), max_chunks=ici.max_chunks,
             )
         return found
+
+    def share_hbm(self, ledger: HbmLedger) -> bool:
+        topology = self.mapping.topology
+        assert topology is not None
+        self._hbm = HbmCharges(ledger, topology.link_src, topology.link_dst, self.profile.ici.reduction_passes)
+        return True
 
     def _reduction_per_byte(self) -> float:
         """Seconds a reduce-scatter or reduce step spends adding each received byte into the local buffer: the HBM
@@ -189,7 +197,8 @@ class PhysicalNetwork(Network):
         def done(rank: int, when: float) -> None:
             dones[rank // size](rank % size, when)
 
-        yield env.process(execute_program(env, self.links, program, done, self.costs.reduce_per_byte))
+        yield env.process(execute_program(env, self.links, program, done, self.costs.reduce_per_byte,
+                                             self._hbm))
 
     def program(self, call: CollectiveCall, groups: tuple[int, ...]) -> Program:
         """The merged program of ``call`` on ``groups``, memoised on the context."""

@@ -26,6 +26,7 @@ from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.handles import Pending, PendingTimeout
 from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.operations import operation
+from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import SimulationError
@@ -84,6 +85,11 @@ class CollectiveRuntime:
         self.comm_spans: dict[int, list[tuple[float, float]]] = {}
         if sim.tracer is not None:
             network.trace_links(sim.tracer)
+        spec = sim.hardware.chip
+        if spec.dma_hbm_traffic > 0 and sim.hbm is None:
+            shared = SharedHbm(sim.env, spec.hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
+            if network.share_hbm(shared.ledger):
+                sim.hbm = shared
 
     def submit(self, chip: int, call: CollectiveCall, tensor: Tensor) -> simpy.Event:
         """Chip ``chip`` joins its group's next collective on ``call.axis``; returns its handle."""

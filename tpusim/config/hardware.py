@@ -55,6 +55,10 @@ class ChipSpec(FrozenModel):
     """Elementwise operations per second of the vector units (None: vector work is never the bound)."""
     op_overhead: Seconds = 0.0
     """Fixed time of every compute op (GeMM, vector or attention kernel) on top of its compute or HBM time."""
+    dma_hbm_traffic: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    """HBM bytes charged per byte of collective DMA, taken from the bandwidth of the compute ops it overlaps
+    (docs/chip.md#hbm-contention): 1 reads each byte sent once, writes each byte received once and charges a
+    reduction its ``ici.reduction_passes``; 0 lets compute and DMA share HBM for free."""
 
 
 def _every_op(value: object) -> object:
@@ -182,8 +186,9 @@ class PhysicalProfile(HardwareProfile):
 
     kind: Literal["physical"]
     ici: IciSpec
-    prefetch: Prefetch = Prefetch.PREVIOUS_OP
-    """Physically honest by default: a data-independent gather may start with the op before its GeMM."""
+    prefetch: Prefetch = Prefetch.PREVIOUS_GEMM
+    """Where XLA's scheduler puts it by default: a data-independent gather starts with the GeMM before its own,
+    behind that GeMM's collectives (docs/algorithms.md#prefetch-policy)."""
     multi_axis: MultiAxis = MultiAxis.DIMENSIONAL
     """How collectives run over a logical axis laid on several physical axes."""
 

@@ -247,7 +247,8 @@ class Scale(FrozenModel):
     ``beta`` multiplies bandwidth (0.5 halves every link and calibrated bandwidth: slower communication);
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
     ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
-    a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate.
+    a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate,
+    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free).
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -260,6 +261,8 @@ class Scale(FrozenModel):
     op: NonNegative = Field(default=1.0, description="factor on the fixed launch time of every compute op "
                             "(2: slower)")
     vector: Positive = Field(default=1.0, description="factor on the vector units' elementwise rate (0.5: slower)")
+    dma: NonNegative = Field(default=1.0, description="factor on the HBM traffic charged for collective DMA "
+                             "(0: no HBM contention; 2: slower compute under communication)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 

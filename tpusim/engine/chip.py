@@ -18,6 +18,7 @@ class Chip:
     slowdown: float = 1.0
     mxu_free_at: float = 0.0
     mxu_busy: float = 0.0
+    hbm_stall: float = 0.0  # seconds ops ran longer because collective DMA shared HBM (module ``hbm``)
     flops: float = 0.0
     spans: list[tuple[float, float]] = field(default_factory=list)
 

@@ -40,6 +40,9 @@ class LinkArray:
         self.busy = np.zeros(count)
         self.transfers = 0
         self.on_transfer: TransferHook | None = None  # set by a tracer that wants every link span
+        # the serialization spans of the last transmit call, for HBM accounting (engine/hbm.py)
+        self.last_start: np.ndarray | float = 0.0
+        self.last_end: np.ndarray | float = 0.0
 
     @property
     def count(self) -> int:
@@ -62,6 +65,7 @@ class LinkArray:
             self.bytes[links] += nbytes
             self.busy[links] += duration
         self.transfers += len(links)
+        self.last_start, self.last_end = start, end
         if self.on_transfer is not None:
             self.on_transfer(links, start, end)
         arrival: np.ndarray = end + self.latency[links]
@@ -77,6 +81,7 @@ class LinkArray:
         self.bytes[link] += nbytes
         self.busy[link] += duration
         self.transfers += 1
+        self.last_start, self.last_end = start, end
         if self.on_transfer is not None:
             self.on_transfer(np.array([link]), np.array([start]), np.array([end]))
         return end + float(self.latency[link])

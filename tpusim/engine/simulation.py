@@ -15,6 +15,7 @@ import simpy
 
 from tpusim.config import HardwareProfile
 from tpusim.engine.chip import Chip
+from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
@@ -70,6 +71,8 @@ class Simulation:
         self.tracer = tracer
         num_chips = mapping.shape[0] * mapping.shape[1]
         self.chips = ChipTable(num_chips, dict(chip_slowdown or {}))
+        # set where the network charges its DMA to the chips' HBM (``share_hbm``); None: HBM is free for compute
+        self.hbm: SharedHbm | None = None
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}

@@ -59,6 +59,7 @@ class GemmResult(ResultMixin):
     compute_s: float
     exposed_comm_s: float
     idle_s: float
+    hbm_stall_s: float
     flops_per_chip: float
     bytes_sent: float | None
     max_link_bytes: float | None
@@ -173,7 +174,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, fidelity=str(fidelity),
         time_s=run.elapsed, analytic_time_s=twin, compute_s=parts.compute, exposed_comm_s=parts.exposed,
-        idle_s=parts.idle, flops_per_chip=run.flops,
+        idle_s=parts.idle, hbm_stall_s=run.hbm_stall, flops_per_chip=run.flops,
         bytes_sent=None if links is None else links.bytes_sent,
         max_link_bytes=None if links is None else links.max_link_bytes,
         max_link_utilisation=None if links is None else links.max_link_utilisation,
@@ -195,7 +196,7 @@ def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: Gem
         variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, fidelity="analytic",
         time_s=twin, analytic_time_s=twin, compute_s=float("nan"), exposed_comm_s=float("nan"),
-        idle_s=float("nan"), flops_per_chip=problem.flops / (mesh[0] * mesh[1]), bytes_sent=None,
-        max_link_bytes=None, max_link_utilisation=None, transfers=0, events=0, mapping=mapping.describe(),
-        notes=["fidelity analytic: the closed form only; no breakdown"],
+        idle_s=float("nan"), hbm_stall_s=float("nan"), flops_per_chip=problem.flops / (mesh[0] * mesh[1]),
+        bytes_sent=None, max_link_bytes=None, max_link_utilisation=None, transfers=0, events=0,
+        mapping=mapping.describe(), notes=["fidelity analytic: the closed form only; no breakdown"],
     )

@@ -117,13 +117,14 @@ def scaled_profile(
     step: float = 1.0,
     op: float = 1.0,
     vector: float = 1.0,
+    dma: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
     ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
     every lambda, ``overhead`` every launch overhead and alpha, ``flops`` the peak FLOP/s used for timing,
     ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op,
-    ``vector`` the vector units' elementwise rate.
+    ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA.
     HBM and the informational peak are untouched. The name records the factors, e.g.
     ``meshslice-sim[beta*0.5]``.
     """
@@ -134,8 +135,9 @@ def scaled_profile(
     _check_factor("step", step, allow_zero=True)
     _check_factor("op", op, allow_zero=True)
     _check_factor("vector", vector, allow_zero=False)
+    _check_factor("dma", dma, allow_zero=True)
     factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op,
-               "vector": vector}
+               "vector": vector, "dma": dma}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
@@ -145,9 +147,13 @@ def scaled_profile(
     if vector != 1.0 and profile.chip.vector_rate is None:
         raise ConfigError(f"scale factor vector={vector:g} needs a vector rate; {profile.name!r} has none (its "
                           "vector work is never the bound)")
+    if dma != 1.0 and not profile.chip.dma_hbm_traffic:
+        raise ConfigError(f"scale factor dma={dma:g} needs HBM contention; {profile.name!r} charges no DMA traffic "
+                          "to HBM (chip.dma_hbm_traffic is 0)")
     rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
     chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops,
-                                           "op_overhead": profile.chip.op_overhead * op, "vector_rate": rate})
+                                           "op_overhead": profile.chip.op_overhead * op, "vector_rate": rate,
+                                           "dma_hbm_traffic": profile.chip.dma_hbm_traffic * dma})
     update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}
     if isinstance(profile, PhysicalProfile):
         update["ici"] = profile.ici.model_copy(

@@ -4,8 +4,9 @@ Every chip runs the same sequence of ops: the once-per-step ops before the block
 ops between the passes, each block backward in reverse, the ops after. A distributed GeMM runs its
 algorithm's own chip program; local work runs on the MXU or against HBM; LayerNorm statistics are one small
 all-reduce (XLA fuses the row means and mean-squares). Under ``previous-op`` prefetch the coming GeMM's
-data-independent gathers start when the op before it starts; under ``window`` when the op ``window`` places
-earlier starts, within a budget of gathered bytes. The tuner prices the non-FF part of a step with this same
+data-independent gathers start when the op before it starts; under ``previous-gemm`` when the GeMM before it
+starts, queued behind that GeMM's own collectives; under ``window`` when the op ``window`` places earlier starts,
+within a budget of gathered bytes. The tuner prices the non-FF part of a step with this same
 program, so the two never diverge.
 """
 
@@ -80,17 +81,44 @@ def _start_early_gathers(dev: Device, sequence: Sequence[Entry], gemms: dict[str
             continue
         job = gemms[coming.name]
         policy = job.ctx.params.prefetch
-        if policy not in EARLY_PREFETCH or (policy is Prefetch.PREVIOUS_OP and ahead != index + 1):
+        if policy not in EARLY_PREFETCH or policy is Prefetch.PREVIOUS_GEMM or (
+                policy is Prefetch.PREVIOUS_OP and ahead != index + 1):
             continue
-        keys = job.algorithm.prefetchable_gathers(job.ctx)
-        if not keys:
-            continue
-        operands = {key: job.w if key[0] == "w" else job.x for key in keys}
-        size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
-        if policy is Prefetch.WINDOW and window.budget is not None and sum(held.values()) + size > window.budget:
+        if not _issue_gathers(dev, job, ahead, window.budget if policy is Prefetch.WINDOW else None, issued, held):
             return  # in order: a later GeMM never overtakes one that does not fit yet
-        issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2]) for key, tensor in operands.items()}
-        held[ahead] = size
+
+
+def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | None, issued: dict[int, Gathers],
+                   held: dict[int, float]) -> bool:
+    """Start the data-independent gathers of the GeMM at place ``ahead``; False where they would exceed
+    ``budget`` bytes of early-gathered buffers."""
+    keys = job.algorithm.prefetchable_gathers(job.ctx)
+    if not keys:
+        return True
+    operands = {key: job.w if key[0] == "w" else job.x for key in keys}
+    size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
+    if budget is not None and sum(held.values()) + size > budget:
+        return False
+    issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2]) for key, tensor in operands.items()}
+    held[ahead] = size
+    return True
+
+
+def _gather_for_next_gemm(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], index: int,
+                          issued: dict[int, Gathers], held: dict[int, float]) -> None:
+    """As the GeMM at ``index`` starts: once its own collectives are issued (a zero delay, so they queue first
+    under the overlap limit), the gathers of the next GeMM if its policy is ``previous-gemm``."""
+    ahead = next((i for i in range(index + 1, len(sequence)) if isinstance(sequence[i][0], GemmOp)), None)
+    if ahead is None:
+        return
+    job = gemms[sequence[ahead][0].name]
+    if job.ctx.params.prefetch is not Prefetch.PREVIOUS_GEMM:
+        return
+
+    def issue(_: simpy.Event) -> None:
+        _issue_gathers(dev, job, ahead, None, issued, held)
+
+    dev.env.timeout(0).callbacks.append(issue)
 
 
 def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], timeline: Timeline,
@@ -104,6 +132,7 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
         if isinstance(op, GemmOp):
             job = gemms[op.name]
             dev.prefetched = issued.pop(index, {})
+            _gather_for_next_gemm(dev, sequence, gemms, index, issued, held)
             yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
             dev.prefetched = {}
             held.pop(index, None)

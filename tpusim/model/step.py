@@ -71,6 +71,7 @@ class StepResult(ResultMixin):
     compute_s: float
     exposed_comm_s: float
     idle_s: float
+    hbm_stall_s: float
     per_layer: list[dict[str, Any]]
     memory_bytes_per_chip: float
     memory_capacity_bytes: float
@@ -129,7 +130,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
-        step_time, compute, exposed, idle, per_op = _sum_of_ops(spec, fresh, plan, reps)
+        step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps)
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
         sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
@@ -147,6 +148,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         compute = extrapolate([w.account.parts.compute for w in windows])
         exposed = extrapolate([w.account.parts.exposed for w in windows])
         idle = extrapolate([w.account.parts.idle for w in windows])
+        stall = extrapolate([w.account.hbm_stall for w in windows])
         if len(sizes) == 2:
             notes.append(f"simulated {sizes[0]} and {sizes[1]} layers and extrapolated to {total_layers}")
         last = windows[-1]
@@ -170,7 +172,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
         step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed, idle_s=idle,
-        per_layer=[asdict(t) for t in per_op],
+        hbm_stall_s=stall, per_layer=[asdict(t) for t in per_op],
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
         feasible=not plan.violations, violations=list(plan.violations), bytes_sent_per_layer=bytes_per_layer,
@@ -218,14 +220,15 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     return replace(
         one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"), idle_s=total("idle_s"),
-        notes=[*one.notes, note],
+        hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],
     )
 
 
 def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, int]]
-                ) -> tuple[float, float, float, float, list[OpTiming]]:
-    """(time, compute, exposed, idle, per-op rows) of the step as the sum of its ops, each simulated once."""
+                ) -> tuple[float, float, float, float, float, list[OpTiming]]:
+    """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once."""
     seen: dict[str, OpTiming] = {}
+    stalls: dict[str, float] = {}
 
     def timing(op: Op) -> OpTiming:
         if op.name not in seen:
@@ -235,10 +238,12 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
                 g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
                                   network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC)
                 seen[op.name] = OpTiming(op.name, g.time_s, g.compute_s, g.exposed_comm_s, g.idle_s)
+                stalls[op.name] = g.hbm_stall_s
             else:
                 run = run_ops(fresh(), [(op, 0)], plan.gemms, representatives=reps).account
                 seen[op.name] = OpTiming(op.name, run.elapsed, run.parts.compute, run.parts.exposed,
                                          run.parts.idle)
+                stalls[op.name] = run.hbm_stall
         return seen[op.name]
 
     layer = [timing(op) for op in plan.forward + plan.backward]
@@ -248,7 +253,8 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
     def total(name: str) -> float:
         return float(layers * sum(getattr(t, name) for t in layer) + sum(getattr(t, name) for t in once))
 
-    return total("time_s"), total("compute_s"), total("exposed_comm_s"), total("idle_s"), layer
+    stall = float(layers * sum(stalls[t.op] for t in layer) + sum(stalls[t.op] for t in once))
+    return total("time_s"), total("compute_s"), total("exposed_comm_s"), total("idle_s"), stall, layer
 
 
 def _per_op(run: OpsRun, layer: int) -> list[OpTiming]:

@@ -159,7 +159,11 @@ SCALE_MEANING = MappingProxyType({
     "β": ("bandwidth", ("x0.5",)),
     "σ": ("handshake", ("x2",)),
     "op": ("op overhead", ("x4",)),
+    "vector": ("vector rate", ("x0.5",)),
+    "flops": ("MXU rate", ("x0.8", "x0.5")),
+    "dma": ("DMA's HBM traffic", ("x2",)),
 })
+_COMPUTE_FACTORS = ("op", "vector", "flops", "dma")  # factors that slow compute rather than communication
 
 
 def _scale_tick(label: str) -> str:
@@ -167,7 +171,7 @@ def _scale_tick(label: str) -> str:
     for symbol, (meaning, slower) in SCALE_MEANING.items():
         if label.startswith(symbol + "x") and "," not in label:
             factor = label[len(symbol):]
-            what = "compute" if symbol == "op" else "comm"
+            what = "compute" if symbol in _COMPUTE_FACTORS else "comm"
             return f"{symbol} {factor}\n({meaning})\n{'slower' if factor in slower else 'faster'} {what}"
     return label
 
