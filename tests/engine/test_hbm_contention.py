@@ -7,6 +7,7 @@
 3. A GeMM overlapped with an all-gather lies between its uncontended time and both contended bounds (all the
    gather's DMA bytes added to its HBM bytes; the gather fully serialised after it); with a very high HBM
    bandwidth, or with contention off, it equals the uncontended time, and whole GeMM algorithms equal their twins.
+4. ``scale.dma`` multiplies the charged traffic, and only where there is contention.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ import simpy
 
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.runtime import CollectiveRuntime
-from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import HbmLedger, SharedHbm
 from tpusim.engine.simulation import Simulation
+from tpusim.errors import ConfigError
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
-from tpusim.hardware import load_hardware
+from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
 from tpusim.vocabulary import CollectiveOp, Dataflow, Fidelity, Prefetch
 
@@ -65,23 +66,26 @@ def test_ledger_counts_the_overlap_of_uniform_spans() -> None:
 def test_a_collective_charges_its_bytes_sent_received_and_added(op: CollectiveOp, passes: int) -> None:
     """On a ring of p = 4 every member sends and receives (p - 1) shards; a reduce-scatter also adds every byte it
     receives, reading two operands and writing one (3 passes)."""
-    total = 64 * 2**20
-    spec = CollectiveSpec(op, 0, total)
-    mapping = _ring()
-    seen: list[HbmLedger] = []
-    original = CollectiveRuntime.__init__
+    shard = 16 * 2**20
+    sim = Simulation(TPUV4, _ring())
+    runtime = CollectiveRuntime(sim)
 
-    def keep(self: CollectiveRuntime, sim: Simulation, *args: Any, **kwargs: Any) -> None:
-        original(self, sim, *args, **kwargs)
-        assert sim.hbm is not None
-        seen.append(sim.hbm.ledger)
+    def program(dev: Device) -> Generator[simpy.Event, Any, None]:
+        if op is CollectiveOp.ALL_GATHER:
+            yield dev.all_gather(dev.tensor((shard,), "int8"), 0)
+        else:
+            yield dev.reduce_scatter(dev.tensor((4 * shard,), "int8"), 0)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CollectiveRuntime, "__init__", keep)
-        simulate_collective(spec, TPUV4, mapping)
-    moved = 3 * total // 4  # (p - 1) shards of total / p
+    run_spmd(sim, runtime, program, lambda dev: ())
+    assert sim.hbm is not None
     for chip in range(16):
-        assert seen[0].total(chip) == pytest.approx(moved * (2 + passes), rel=1e-12)
+        assert sim.hbm.ledger.total(chip) == pytest.approx(3 * shard * (2 + passes), rel=1e-12)
+
+
+def test_a_run_without_compute_may_skip_the_accounting() -> None:
+    sim = Simulation(TPUV4, _ring())
+    CollectiveRuntime(sim, share_hbm=False)
+    assert sim.hbm is None
 
 
 # -- 2. the stretch by hand ------------------------------------------------------------------------------
@@ -195,3 +199,29 @@ def test_contention_slows_an_overlapped_gemm_by_at_most_its_stall(algorithm: str
     assert off.time_s * 1.001 < on.time_s <= off.time_s + on.hbm_stall_s * (1 + 1e-9)
     assert on.bytes_sent is not None
     assert on.hbm_stall_s <= 5 * on.bytes_sent / 16 / BW  # sent, received and, added, three reduction passes
+
+
+# -- 4. the switch -----------------------------------------------------------------------------------------
+def test_the_dma_scale_factor_multiplies_the_charged_traffic() -> None:
+    scaled = scaled_profile(TPUV4, dma=2)
+    assert scaled.chip.dma_hbm_traffic == 2.0
+    assert scaled.name == "tpuv4[dma*2]"
+    assert scaled_profile(TPUV4, dma=0).chip.dma_hbm_traffic == 0.0
+    with pytest.raises(ConfigError, match=r"^scale factor dma=2 needs HBM contention; 'meshslice-sim' charges no DMA "
+                                          r"traffic to HBM \(chip\.dma_hbm_traffic is 0\)$"):
+        scaled_profile(load_hardware("meshslice-sim"), dma=2)
+    with pytest.raises(ConfigError, match=r"^scale factor dma=-1 must be a finite number >= 0$"):
+        scaled_profile(TPUV4, dma=-1)
+
+
+def test_twice_the_traffic_stretches_more() -> None:
+    """The hand case of test_an_op_under_steady_dma_settles_at_the_fixed_point with the DMA charged twice:
+    t = (1 us + 80 us) / (1 - 0.5) = 162 us."""
+    env = simpy.Environment()
+    hbm = SharedHbm(env, BW, 1e-6, traffic=2.0)
+    hbm.ledger.watch(0)
+    hbm.ledger.record(0, 0.0, 1e-3, 0.3e12 * 1e-3)
+    spans: list[tuple[float, float]] = []
+    hbm.occupy(Chip(0), 100e-6, 96e6, None, lambda start, end: spans.append((start, end)))
+    env.run()
+    assert spans == [(0.0, pytest.approx(162e-6, rel=1e-9))]

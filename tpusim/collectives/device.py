@@ -64,7 +64,8 @@ class Device:
         self.model = sim.chip_model
         if sim.hbm is not None:
             sim.hbm.ledger.watch(self.chip_id)
-        # gathers a step started early for the coming op ("previous-op" prefetch), by (operand, axis, dim)
+        # gathers a step started early for the coming op (prefetch policies that start them early), by
+        # (operand, axis, dim)
         self.prefetched: dict[tuple[str, int, int], simpy.Event] = {}
 
     # -- identity ------------------------------------------------------------------------------------

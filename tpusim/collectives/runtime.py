@@ -57,10 +57,14 @@ class _Instance:
 
 
 class CollectiveRuntime:
-    """The collectives of one simulation, on ``network`` (default: the one the simulation's profile describes)."""
+    """The collectives of one simulation, on ``network`` (default: the one the simulation's profile describes).
+
+    ``share_hbm``: charge the DMA to the chips' HBM where the profile asks for contention
+    (docs/chip.md#hbm-contention); a run without compute has nothing for it to slow and may skip the accounting."""
 
     def __init__(self, sim: Simulation, network: Network | None = None, *, ring: Ring = Ring.BIDIRECTIONAL,
-                 chunks: int = 0, representatives: Sequence[tuple[int, int]] | None = None) -> None:
+                 chunks: int = 0, representatives: Sequence[tuple[int, int]] | None = None,
+                 share_hbm: bool = True) -> None:
         self.sim = sim
         self.network = network = network if network is not None else network_for(sim.hardware, sim.mapping)
         self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
@@ -86,7 +90,7 @@ class CollectiveRuntime:
         if sim.tracer is not None:
             network.trace_links(sim.tracer)
         spec = sim.hardware.chip
-        if spec.dma_hbm_traffic > 0 and sim.hbm is None:
+        if share_hbm and spec.dma_hbm_traffic > 0 and sim.hbm is None:
             shared = SharedHbm(sim.env, spec.hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
             if network.share_hbm(shared.ledger):
                 sim.hbm = shared

@@ -127,7 +127,7 @@ def simulate_collective(
     tensor = member_tensor(spec, n)
     sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown)
     network = network_for(hardware, mapping, context=context, link_overrides=link_overrides)
-    runtime = CollectiveRuntime(sim, network, ring=spec.ring, chunks=spec.chunks)
+    runtime = CollectiveRuntime(sim, network, ring=spec.ring, chunks=spec.chunks, share_hbm=False)  # no compute
     call = _call(spec, tensor)
 
     def program(dev: Device) -> Generator[simpy.Event, Any, Any]:

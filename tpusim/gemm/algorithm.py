@@ -86,8 +86,9 @@ class GemmAlgorithm(ABC):
         return [(0, 0)]
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
-        """The data-independent all-gathers (operand, logical axis, dim) a step may start during the previous
-        op under the ``previous-op`` policy; the program picks them up with ``Device.gather_prefetchable``."""
+        """The data-independent all-gathers (operand, logical axis, dim) a step may start early under the
+        ``previous-op``, ``previous-gemm`` and ``window`` policies; the program picks them up with
+        ``Device.gather_prefetchable``."""
         del ctx
         return []
 
