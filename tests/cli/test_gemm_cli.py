@@ -95,3 +95,12 @@ def test_list_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, ["list", "hardware"])
     assert code == 0
     assert {"tpuv4", "meshslice-tpu-fit", "meshslice-sim"} <= {line.split()[0] for line in out.splitlines()}
+
+
+def test_the_text_output_names_the_slice_a_mesh_was_placed_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """16 chips of tpuv4 default to the 2x2x4 slice; the text says so, with each logical axis's embedding."""
+    argv = ["gemm", "--hardware", "tpuv4", "--mesh", "4x4", "--algorithm", "collective", "--dataflow", "os",
+            "--m", "256", "--n", "256", "--k", "256"]
+    code, out, _ = run(capsys, argv)
+    assert code == 0
+    assert out.splitlines()[1] == "  network         tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)"

@@ -108,6 +108,36 @@ def test_resume_refuses_a_different_experiment(tmp_path: Path) -> None:
         run_experiment(other, tmp_path / "out", resume=True)
 
 
+def test_a_fresh_run_never_replaces_another_experiments_results(tmp_path: Path) -> None:
+    run_experiment(write(tmp_path), tmp_path / "out")
+    before = (tmp_path / "out" / "results.json").read_bytes()
+    other = write(tmp_path, EXPERIMENT.replace("m: 4096", "m: 8192"))
+    with pytest.raises(OutputPathError, match=r"holds results of a different experiment \('small', config hash "):
+        run_experiment(other, tmp_path / "out")
+    assert (tmp_path / "out" / "results.json").read_bytes() == before
+    assert run_experiment(write(tmp_path), tmp_path / "out").finished == 9  # the same experiment may run again
+
+
+@pytest.mark.parametrize("damage", ["index 999", "index -5", "index text", "no row", "points not a list",
+                                    "duplicate"])
+def test_resume_refuses_damaged_finished_points(tmp_path: Path, damage: str) -> None:
+    run_experiment(write(tmp_path), tmp_path / "out")
+    path = tmp_path / "out" / "results.json"
+    data = json.loads(path.read_text())
+    first = data["points"][0]
+    if damage.startswith("index"):
+        first["index"] = {"index 999": 999, "index -5": -5, "index text": "0"}[damage]
+    elif damage == "no row":
+        del first["row"]
+    elif damage == "duplicate":
+        data["points"][1]["index"] = first["index"]
+    else:
+        data["points"] = {"0": first}
+    path.write_text(json.dumps(data))
+    with pytest.raises(OutputPathError, match="cannot be resumed"):
+        run_experiment(write(tmp_path), tmp_path / "out", resume=True)
+
+
 def test_sweep_cap_needs_yes(tmp_path: Path) -> None:
     path = write(tmp_path, EXPERIMENT + "max_points: 5\n")
     with pytest.raises(UserError, match="above its max_points of 5; rerun with --yes"):

@@ -100,3 +100,14 @@ def note(message: str) -> None:
 def stall_text(stall: float) -> str:
     """The part of compute that HBM contention added, where there is any (docs/chip.md#hbm-contention)."""
     return f"   (of which {format_time(stall)} from HBM shared with DMA)" if stall > 0 else ""
+
+
+def network_text(mapping: dict[str, Any]) -> str:
+    """Where the logical mesh ran, e.g. ``tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)``: a slice chosen by
+    default is named, never silently used."""
+    axes = []
+    for axis in (0, 1):
+        placed = mapping[f"axis{axis}"]
+        physical = ",".join(placed["physical"])
+        axes.append(f"axis {axis}: {physical + ' ' if physical else ''}{placed['embedding']}")
+    return f"{mapping['topology']} ({'; '.join(axes)})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import emit_json, note, stall_text
+from tpusim.cli.common import emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.config.requests import GemmRequest
 from tpusim.experiments.runners import run_gemm
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     twin = "n/a" if result.analytic_time_s is None else format_time(result.analytic_time_s)
     print(f"{result.algorithm} {result.dataflow}{' (transposed)' if result.transpose else ''} "
           f"M={result.m} N={result.n} K={result.k} on {result.mesh}, {result.hardware}, prefetch {result.prefetch}")
+    print(f"  network         {network_text(result.mapping)}")
     print(f"  time            {format_time(result.time_s)}   (closed form {twin})")
     print(f"  compute         {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")
     print(f"  exposed comm    {format_time(result.exposed_comm_s)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import emit_json, note, stall_text
+from tpusim.cli.common import emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.config.requests import StepRequest
 from tpusim.experiments.runners import run_step
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{result.model} on {result.chips} chips ({result.mesh}), {result.algorithm}, {result.hardware}, "
           f"batch {result.batch}, fidelity {result.fidelity}")
+    print(f"  network       {network_text(result.mapping)}")
     print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%   "
           f"HFU {100 * result.hfu:.1f}%")
     print(f"  compute       {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")

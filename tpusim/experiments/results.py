@@ -32,6 +32,16 @@ def check_output_dir(out: Path) -> None:
         raise OutputPathError(f"output folder {str(out)!r} is not writable: {error.strerror}") from None
 
 
+def _wall_times(meta: Path) -> dict[int, float]:
+    """The per-point wall times of an earlier run; none where the file is missing or unreadable (they are only
+    informative)."""
+    try:
+        found = json.loads(meta.read_text()).get("point_wall_s", {}) if meta.exists() else {}
+        return {int(k): float(v) for k, v in found.items()}
+    except (OSError, json.JSONDecodeError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def _cell(value: Any) -> Any:
     if isinstance(value, list | dict):
         return json.dumps(value, sort_keys=True)
@@ -66,30 +76,48 @@ class ResultsFiles:
         self.rows: dict[int, dict[str, Any]] = {}
         self.wall: dict[int, float] = {}
 
+    def _earlier(self) -> dict[str, Any] | None:
+        """The results document already in the folder, if it is one; refuses one of another experiment, whose
+        finished points a run must never replace."""
+        path = self.out / "results.json"
+        try:
+            data = json.loads(path.read_text()) if path.exists() else None
+        except (OSError, json.JSONDecodeError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        if data.get("config_hash") != self.config_hash:
+            experiment = data.get("experiment")
+            name = experiment.get("name") if isinstance(experiment, dict) else None
+            raise OutputPathError(
+                f"{str(path)!r} holds results of a different experiment ({name!r}, config hash "
+                f"{data.get('config_hash')!r}; this one {self.config_hash!r}); use another --out folder"
+            )
+        return data
+
+    def claim(self) -> None:
+        """Check, before a fresh run, that the folder holds no other experiment's results."""
+        self._earlier()
+
     def resume(self) -> int:
         """Load finished points of an earlier run of the same experiment; returns how many."""
-        path = self.out / "results.json"
-        if not path.exists():
+        data = self._earlier()
+        if data is None:
             return 0
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return 0
-        if data.get("config_hash") != self.config_hash:
-            raise OutputPathError(
-                f"{str(path)!r} holds results of a different experiment (config hash "
-                f"{data.get('config_hash')!r}, this one {self.config_hash!r}); use another --out folder"
-            )
-        for entry in data.get("points", []):
-            index = int(entry["index"])
+        path = str(self.out / "results.json")
+        entries = data.get("points", [])
+        if not isinstance(entries, list):
+            raise OutputPathError(f"{path!r}: 'points' is not a list; it cannot be resumed (use another --out folder)")
+        for number, entry in enumerate(entries):
+            index = entry.get("index") if isinstance(entry, dict) else None
+            if (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.total
+                    or not isinstance(entry.get("row"), dict) or index in self.points):
+                raise OutputPathError(
+                    f"{path!r}: finished point #{number} is malformed (its 'index' must be a distinct integer in "
+                    f"0..{self.total - 1} and its 'row' an object); it cannot be resumed (use another --out folder)")
             self.points[index] = entry
             self.rows[index] = entry["row"]
-        meta = self.out / "run_meta.json"
-        if meta.exists():
-            try:
-                self.wall = {int(k): v for k, v in json.loads(meta.read_text()).get("point_wall_s", {}).items()}
-            except (OSError, json.JSONDecodeError, ValueError):
-                self.wall = {}
+        self.wall = _wall_times(self.out / "run_meta.json")
         return len(self.points)
 
     def add(self, index: int, point_hash: str, settings: dict[str, Any], outcome: dict[str, Any],

@@ -89,6 +89,8 @@ def run_experiment(
     columns = ["index", *varying, *HEADLINE, "error"]
     files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment), len(points),
                          columns)
+    if not resume:
+        files.claim()
     skipped = files.resume() if resume else 0
     hashes = [point_hash(p) for p in points]
     todo = [(i, p.model_dump(by_alias=True)) for i, p in enumerate(points)
