@@ -172,3 +172,17 @@ def test_schema_lists_the_point_fields() -> None:
     schema = Experiment.model_json_schema(by_alias=True)
     assert "point" in schema["properties"]
     assert {"CollectiveRequest", "GemmRequest", "StepRequest", "TuneRequest"} <= set(schema["$defs"])
+
+
+def test_a_scheduler_needs_the_dask_executor(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"^--scheduler 'tcp://host:8786' needs --executor dask \(the local executor "
+                                        r"runs here\)$"):
+        run_experiment(write(tmp_path), tmp_path / "out", scheduler="tcp://host:8786")
+
+
+def test_more_local_jobs_than_cpus_run_one_per_cpu(tmp_path: Path) -> None:
+    cpus = os.cpu_count() or 1
+    summary = run_experiment(write(tmp_path), tmp_path / "out", jobs=cpus + 62)
+    assert summary.notes == [f"--jobs {cpus + 62} is more than this machine's {cpus} CPUs; ran {cpus} worker "
+                             "processes"]
+    assert json.loads((tmp_path / "out" / "run_meta.json").read_text())["jobs"] == cpus

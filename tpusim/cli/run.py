@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{summary.finished} of {summary.total} points in {summary.out}"
           f"{f' ({summary.skipped} resumed)' if summary.skipped else ''}: results.csv, results.json, run_meta.json")
+    for text in summary.notes:
+        note(text)
     if summary.errors:
         note(f"{summary.errors} point(s) could not be simulated; see the 'error' column")
     return 0

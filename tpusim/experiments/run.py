@@ -77,6 +77,13 @@ def run_experiment(
         raise UserError(f"--executor {executor!r} is unknown; valid: local, dask")
     if jobs < 1:
         raise UserError(f"--jobs {jobs} must be an integer >= 1")
+    if scheduler is not None and executor != "dask":
+        raise UserError(f"--scheduler {scheduler!r} needs --executor dask (the {executor} executor runs here)")
+    notes: list[str] = []
+    cpus = os.cpu_count() or 1
+    if executor == "local" and jobs > cpus:
+        notes.append(f"--jobs {jobs} is more than this machine's {cpus} CPUs; ran {cpus} worker processes")
+        jobs = cpus
     if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout {timeout!r} must be a finite number of seconds > 0")
     points = expand(experiment, source)
@@ -118,7 +125,7 @@ def run_experiment(
     files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
     rows = [files.rows[i] for i in sorted(files.rows)]
     summary = RunSummary(out_dir, len(points), len(files.points), skipped,
-                         sum(1 for r in rows if r.get("error")), rows)
+                         sum(1 for r in rows if r.get("error")), rows, notes)
     if timed_out:
         raise RunTimeout(f"stopped after --timeout {timeout:g} s with {len(files.points)} of {len(points)} "
                          f"points finished in {str(out_dir)!r}", "rerun with --resume to finish the rest")
