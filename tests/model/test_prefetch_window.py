@@ -54,3 +54,15 @@ def test_previous_gemm_alone_is_none() -> None:
     gemm = {"algorithm": "wang", "dataflow": "os", "m": 4096, "n": 4096, "k": 4096, "mesh": "4x4",
             "hardware": "tpuv4", "topology": "torus:4x4"}
     assert api.gemm(**gemm, prefetch="previous-gemm").time_s == api.gemm(**gemm, prefetch="none").time_s
+
+
+def test_an_unbounded_window_is_not_ideal() -> None:
+    """``ideal`` hides each gather behind the GeMM that consumes it; an unbounded window hides gathers behind the
+    ops before their GeMM, one after the other as the overlap limit allows. Neither contains the other: with 16
+    sequences on 4x4 the weight gathers take longer than the GeMMs they feed, so ``ideal`` exposes the excess of
+    every one while the window, running ahead, hides them behind several GeMMs and finishes first (the step's
+    very first gather is the one only ``ideal`` hides). HBM contention is off, so only scheduling differs."""
+    free = {"scale": {"dma": 0}}
+    ideal, none = _time(prefetch="ideal", **free), _time(prefetch="none", **free)
+    unbounded = _time(prefetch="window", prefetch_window=10_000, **free)
+    assert unbounded < ideal < none
