@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from tpusim.cli.common import emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     request = request_from_args(TuneRequest, args)
     assert isinstance(request, TuneRequest)
-    result = run_tune(request, args.context)
+    result = run_tune(request, args.context, progress=_progress if sys.stderr.isatty() else None)
     if args.json:
         emit_json(result.to_dict())
         return 0
@@ -31,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
     for text in result.notes:
         note(text)
     return 0
+
+
+def _progress(line: str) -> None:
+    """Where a long search is, on a terminal's standard error (stdout keeps only the result)."""
+    print(f"tune: {line}", file=sys.stderr, flush=True)
 
 
 def _print(result: TuneResult) -> None:

@@ -151,8 +151,10 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
                          link_overrides=parse_slow_links(request.slow_links, mapping) or None, context=context)
 
 
-def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult:
-    """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step."""
+def run_tune(request: TuneRequest, context: Context | None = None,
+             progress: Callable[[str], None] | None = None) -> TuneResult:
+    """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step; ``progress``
+    hears each stage of the search."""
     from tpusim.tuning.search import TuneSpec, tune
 
     spec = TuneSpec(
@@ -166,7 +168,7 @@ def run_tune(request: TuneRequest, context: Context | None = None) -> TuneResult
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,
     )
-    return tune(spec, context=context)
+    return tune(spec, context=context, progress=progress)
 
 
 Runner = Callable[[Any, Context | None], Any]

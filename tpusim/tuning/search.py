@@ -21,7 +21,7 @@ Step times are layers x (non-FF ops + the FF layers' GeMMs): ops run one after a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tpusim.collectives.network import network_for, place_mesh
@@ -208,8 +208,11 @@ def _near(k: int | None, around: int | None) -> bool:
     return around <= 2 * k and k <= 2 * around
 
 
-def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None) -> TuneResult:
-    """Search the configuration space for ``request``; see the module docstring."""
+def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None,
+         progress: Callable[[str], None] | None = None) -> TuneResult:
+    """Search the configuration space for ``request``; see the module docstring. ``progress`` hears a line as
+    each stage of a long search begins."""
+    say = progress if progress is not None else _silent
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
@@ -251,9 +254,12 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     searches = [_MeshSearch(c, layers, pricing, cache, spec, flips, request.dataflows) for c in candidates]
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
+    say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
+        else f"searching {len(searches)} mesh(es) exhaustively")
     refined = searches if request.exhaustive else _rank(searches, reports, request.refine_meshes, model.layers)
     final = []
-    for search in refined:
+    for number, search in enumerate(refined, start=1):
+        say(f"simulating the best candidates of mesh {search.candidate.label} ({number} of {len(refined)})")
         plans = search.plans(simulated=True, keep=2)
         if plans:
             final.append((plans[0].cost, search.candidate.label, search, plans))
@@ -271,6 +277,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     if runner_plan is None and len(leader_plans) > 1:
         runner_plan = leader_plans[1]
     whole = replace(spec, batch=batch, microbatches=memory.microbatches)
+    say(f"timing the best configuration{' and the runner-up' if runner_plan is not None else ''} as whole steps")
     best = _time(best_search, leader_plans[0], whole, model.layers)
     runner = _time(runner_search, runner_plan, whole, model.layers) if runner_plan is not None else None
     if runner is not None and runner.step_time_s < best.step_time_s:
@@ -292,6 +299,10 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         meshes=sorted(reports.values(), key=lambda r: tuple(int(v) for v in r.mesh.split("x"))),
         ignore_memory=request.ignore_memory, notes=notes,
     )
+
+
+def _silent(line: str) -> None:
+    del line
 
 
 def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_meshes: int,
