@@ -44,19 +44,22 @@ class HbmCharges:
                last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray) -> None:
         """Messages sent over ``route`` links during [start, end]: read at the source on their ``first`` hop,
         written at the destination on their ``last``, and ``added`` seconds of reduction after ``arrival``."""
-        ledger = self.ledger
+        parts = []  # (chips, start, end, bytes), filed in one call
         if first:
-            ledger.record_many(self.link_src[route], start, end, nbytes)
-        if not last.any():
-            return
-        dst = self.link_dst[route[last]]
-        ledger.record_many(dst, start[last], end[last], nbytes[last])
-        if added is not None:
-            adds = added[last]
-            some = adds > 0
-            if some.any():
-                when = arrival[last][some]
-                ledger.record_many(dst[some], when, when + adds[some], nbytes[last][some] * self.passes)
+            parts.append((self.link_src[route], start, end, nbytes))
+        if last.any():
+            dst = self.link_dst[route[last]]
+            parts.append((dst, start[last], end[last], nbytes[last]))
+            if added is not None:
+                adds = added[last]
+                some = adds > 0
+                if some.any():
+                    when = arrival[last][some]
+                    parts.append((dst[some], when, when + adds[some], nbytes[last][some] * self.passes))
+        if len(parts) == 1:
+            self.ledger.record_many(*parts[0])
+        elif parts:
+            self.ledger.record_many(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
 
 def execute_program(

@@ -30,59 +30,101 @@ SpanDone = Callable[[float, float], None]
 class HbmLedger:
     """The DMA bytes each watched chip's HBM serves, as (start, end, bytes) spans of uniform rate; ``traffic`` HBM
     bytes are charged per byte recorded (the profile's ``chip.dma_hbm_traffic``). Only chips that run a program are
-    watched: the others (the non-representatives of a symmetric run) never compute, so their DMA slows nothing."""
+    watched: the others (the non-representatives of a symmetric run) never compute, so their DMA slows nothing.
+
+    Spans live in one row per watched chip of three arrays, so a batch of transfers is filed with a few array
+    operations and a query is one vectorised sum over the chip's live spans."""
 
     def __init__(self, traffic: float = 1.0) -> None:
         self.traffic = traffic
-        self._spans: dict[int, list[tuple[float, float, float]]] = {}
-        self._watched = np.zeros(0, dtype=bool)
+        self._row = np.full(0, -1, dtype=np.int64)  # by chip id: its row, or -1 when not watched
+        self._count = np.zeros(0, dtype=np.int64)  # live spans per row
+        self._start = np.zeros((0, 8))
+        self._end = np.zeros((0, 8))
+        self._bytes = np.zeros((0, 8))
 
     def watch(self, chip: int) -> None:
-        if chip >= len(self._watched):
-            self._watched = np.concatenate([self._watched, np.zeros(chip + 1 - len(self._watched), dtype=bool)])
-        self._watched[chip] = True
-        self._spans.setdefault(chip, [])
+        if chip >= len(self._row):
+            self._row = np.concatenate([self._row, np.full(chip + 1 - len(self._row), -1, dtype=np.int64)])
+        if self._row[chip] >= 0:
+            return
+        self._row[chip] = len(self._count)
+        self._count = np.append(self._count, 0)
+        width = self._start.shape[1]
+        self._start, self._end, self._bytes = (np.vstack([table, np.zeros((1, width))])
+                                               for table in (self._start, self._end, self._bytes))
+
+    def _rows_of(self, chips: np.ndarray) -> np.ndarray:
+        rows = np.full(len(chips), -1, dtype=np.int64)
+        known = chips < len(self._row)
+        rows[known] = self._row[chips[known]]
+        return rows
+
+    def _widen(self, needed: int) -> None:
+        width = self._start.shape[1]
+        if needed <= width:
+            return
+        grown = max(needed, 2 * width)
+        self._start, self._end, self._bytes = (np.hstack([table, np.zeros((len(table), grown - width))])
+                                               for table in (self._start, self._end, self._bytes))
 
     def record(self, chip: int, start: float, end: float, nbytes: float) -> None:
-        spans = self._spans.get(chip)
-        if spans is not None:
-            spans.append((start, end, nbytes * self.traffic))
+        if chip >= len(self._row) or self._row[chip] < 0:
+            return
+        row = int(self._row[chip])
+        at = int(self._count[row])
+        self._widen(at + 1)
+        self._start[row, at], self._end[row, at], self._bytes[row, at] = start, end, nbytes * self.traffic
+        self._count[row] = at + 1
 
     def record_many(self, chips: np.ndarray, start: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> None:
-        watched = self._watched
-        keep = chips < len(watched)
-        keep[keep] = watched[chips[keep]]
+        rows = self._rows_of(chips)
+        keep = rows >= 0
         if not keep.any():
             return
-        spans = self._spans
-        charged = (nbytes[keep] * self.traffic).tolist()
-        for chip, s, e, b in zip(chips[keep].tolist(), start[keep].tolist(), end[keep].tolist(), charged,
-                                 strict=True):
-            spans[chip].append((s, e, b))
+        rows, start, end, nbytes = rows[keep], start[keep], end[keep], nbytes[keep]
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        first = np.empty(len(rows), dtype=bool)
+        first[0] = True
+        first[1:] = rows[1:] != rows[:-1]
+        at = self._count[rows]
+        if not first.all():  # a chip twice in the batch: its spans go to consecutive places
+            heads = np.flatnonzero(first)
+            at = at + np.arange(len(rows)) - np.repeat(heads, np.diff(np.append(heads, len(rows))))
+        self._widen(int(at.max()) + 1)
+        self._start[rows, at] = start[order]
+        self._end[rows, at] = end[order]
+        self._bytes[rows, at] = nbytes[order] * self.traffic
+        np.add.at(self._count, rows, 1)
 
     def total(self, chip: int) -> float:
         """DMA bytes of ``chip`` still held (every span, until queries over later windows forget the early ones)."""
-        return sum(nbytes for _, _, nbytes in self._spans.get(chip, ()))
+        if chip >= len(self._row) or self._row[chip] < 0:
+            return 0.0
+        row = int(self._row[chip])
+        return float(self._bytes[row, :self._count[row]].sum())
 
     def bytes_between(self, chip: int, lo: float, hi: float) -> float:
         """DMA bytes of ``chip`` inside [lo, hi]; forgets spans that end by ``lo`` (a chip's ops only move on)."""
-        spans = self._spans.get(chip)
-        if not spans:
+        if chip >= len(self._row) or self._row[chip] < 0:
             return 0.0
-        total = 0.0
-        kept = []
-        for span in spans:
-            start, end, nbytes = span
-            if end <= lo:
-                continue
-            kept.append(span)
-            if start >= hi:
-                continue
-            overlap = min(end, hi) - max(start, lo)
-            if overlap > 0:
-                total += nbytes * overlap / (end - start)
-        self._spans[chip] = kept
-        return total
+        row = int(self._row[chip])
+        count = int(self._count[row])
+        if not count:
+            return 0.0
+        start, end, nbytes = self._start[row, :count], self._end[row, :count], self._bytes[row, :count]
+        live = end > lo
+        if not live.all():
+            kept = int(live.sum())
+            start, end, nbytes = start[live], end[live], nbytes[live]
+            self._start[row, :kept], self._end[row, :kept], self._bytes[row, :kept] = start, end, nbytes
+            self._count[row] = kept
+        overlap = np.minimum(end, hi) - np.maximum(start, lo)
+        inside = overlap > 0
+        if not inside.any():
+            return 0.0
+        return float(np.sum(nbytes[inside] * overlap[inside] / (end[inside] - start[inside])))
 
 
 class SharedHbm:
