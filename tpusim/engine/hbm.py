@@ -22,6 +22,7 @@ from tpusim.engine.chip import Chip
 __all__ = ["HbmLedger", "SharedHbm"]
 
 _SETTLED = 1e-12  # seconds: a stretch below this is rounding, not contention
+_FEW = 16  # spans of a batch below which they are filed one by one
 _MAX_ROUNDS = 200  # fixed-point rounds per check; converges geometrically while DMA stays below HBM bandwidth
 
 SpanDone = Callable[[float, float], None]
@@ -71,7 +72,9 @@ class HbmLedger:
     def record(self, chip: int, start: float, end: float, nbytes: float) -> None:
         if chip >= len(self._row) or self._row[chip] < 0:
             return
-        row = int(self._row[chip])
+        self._file(int(self._row[chip]), start, end, nbytes)
+
+    def _file(self, row: int, start: float, end: float, nbytes: float) -> None:
         at = int(self._count[row])
         self._widen(at + 1)
         self._start[row, at], self._end[row, at], self._bytes[row, at] = start, end, nbytes * self.traffic
@@ -80,9 +83,14 @@ class HbmLedger:
     def record_many(self, chips: np.ndarray, start: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> None:
         rows = self._rows_of(chips)
         keep = rows >= 0
-        if not keep.any():
+        kept = int(np.count_nonzero(keep))
+        if not kept:
             return
         rows, start, end, nbytes = rows[keep], start[keep], end[keep], nbytes[keep]
+        if kept <= _FEW:  # a handful of spans: scalars beat array operations
+            for span in zip(rows.tolist(), start.tolist(), end.tolist(), nbytes.tolist(), strict=True):
+                self._file(*span)
+            return
         order = np.argsort(rows, kind="stable")
         rows = rows[order]
         first = np.empty(len(rows), dtype=bool)
