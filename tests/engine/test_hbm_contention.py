@@ -99,7 +99,7 @@ def _settled(seconds: float, hbm_bytes: float, spans: list[tuple[float, float, f
     chip = Chip(0)
     ends: list[tuple[float, float]] = []
     for _ in range(ops):
-        hbm.occupy(chip, seconds, hbm_bytes, None, lambda start, end: ends.append((start, end)))
+        hbm.occupy(chip, seconds, hbm_bytes, 0.0, None, lambda start, end: ends.append((start, end)))
     env.run()
     return ends
 
@@ -222,6 +222,6 @@ def test_twice_the_traffic_stretches_more() -> None:
     hbm.ledger.watch(0)
     hbm.ledger.record(0, 0.0, 1e-3, 0.3e12 * 1e-3)
     spans: list[tuple[float, float]] = []
-    hbm.occupy(Chip(0), 100e-6, 96e6, None, lambda start, end: spans.append((start, end)))
+    hbm.occupy(Chip(0), 100e-6, 96e6, 0.0, None, lambda start, end: spans.append((start, end)))
     env.run()
     assert spans == [(0.0, pytest.approx(162e-6, rel=1e-9))]

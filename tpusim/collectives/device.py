@@ -83,17 +83,17 @@ class Device:
     def _busy(self, seconds: float, name: str, flops: float, value: Any, hbm_bytes: float) -> simpy.Event:
         if self.sim.hardware.overlap_slowdown != 1.0 and self.runtime.in_flight.get(self.chip_id, 0):
             seconds *= self.sim.hardware.overlap_slowdown
+        tracer = self.sim.tracer
+
+        def traced(start: float, end: float) -> None:
+            if tracer is not None:
+                tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
+
         hbm = self.sim.hbm
         if hbm is not None:
-            def spanned(start: float, end: float) -> None:
-                self.chip.flops += flops
-                if self.sim.tracer is not None:
-                    self.sim.tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
-
-            return hbm.occupy(self.chip, seconds, hbm_bytes, value, spanned)
+            return hbm.occupy(self.chip, seconds, hbm_bytes, flops, value, traced)
         start, end = self.chip.reserve_mxu(self.env.now, seconds, flops)
-        if self.sim.tracer is not None:
-            self.sim.tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
+        traced(start, end)
         return self.env.timeout(end - self.env.now, value)
 
     def matmul(

@@ -61,6 +61,19 @@ class HbmCharges:
         elif parts:
             self.ledger.record_many(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
+    def charge_one(self, link: int, nbytes: float, start: float, end: float, *, first: bool, last: bool,
+                   added: float, arrival: float) -> None:
+        """``charge`` for a single message, in scalars (``advance_one``'s twin of the array path)."""
+        ledger = self.ledger
+        if first:
+            ledger.record(int(self.link_src[link]), start, end, nbytes)
+        if not last:
+            return
+        dst = int(self.link_dst[link])
+        ledger.record(dst, start, end, nbytes)
+        if added > 0:
+            ledger.record(dst, arrival, arrival + added, nbytes * self.passes)
+
 
 def execute_program(
     env: simpy.Environment, links: LinkArray, program: Program, on_rank_done: RankDone,
@@ -156,7 +169,9 @@ class _Run:
         link = int(program.route[i, hop])
         arrival = self.links.transmit_one(link, float(program.nbytes[i]), now)
         if self.hbm is not None:
-            self._charge_one(i, hop, link, arrival)
+            self.hbm.charge_one(link, float(program.nbytes[i]), float(self.links.last_start),
+                                float(self.links.last_end), first=hop == 0, last=bool(program.hops[i] <= hop + 1),
+                                added=0.0 if self.adding is None else float(self.adding[i]), arrival=arrival)
         if program.hops[i] > hop + 1:
             self.file_one(i, arrival, hop + 1)
             return
@@ -179,22 +194,6 @@ class _Run:
             self.gate_left[gate] -= 1
             if self.gate_left[gate] == 0:
                 self.open(gate)
-
-    def _charge_one(self, i: int, hop: int, link: int, arrival: float) -> None:
-        """``HbmCharges.charge`` for the single message of ``advance_one``."""
-        hbm = self.hbm
-        assert hbm is not None
-        program = self.program
-        nbytes = float(program.nbytes[i])
-        start, end = float(self.links.last_start), float(self.links.last_end)
-        if hop == 0:
-            hbm.ledger.record(int(hbm.link_src[link]), start, end, nbytes)
-        if program.hops[i] > hop + 1:
-            return
-        dst = int(hbm.link_dst[link])
-        hbm.ledger.record(dst, start, end, nbytes)
-        if self.adding is not None and program.adds[i]:
-            hbm.ledger.record(dst, arrival, arrival + float(self.adding[i]), nbytes * hbm.passes)
 
     def open(self, gate: int) -> None:
         """Every message of a group's phase has arrived: release the group's next phase."""

@@ -26,8 +26,12 @@ class Chip:
         """Queue ``duration`` seconds of MXU work issued at ``now``; return (start, end)."""
         start = max(now, self.mxu_free_at)
         end = start + duration * self.slowdown
+        self.ran(start, end, flops)
+        return start, end
+
+    def ran(self, start: float, end: float, flops: float = 0.0) -> None:
+        """Account MXU work that ran from ``start`` to ``end`` (however its end was decided)."""
         self.mxu_free_at = end
         self.mxu_busy += end - start
         self.flops += flops
         self.spans.append((start, end))
-        return start, end

@@ -39,6 +39,7 @@ class HbmLedger:
     def __init__(self, traffic: float = 1.0) -> None:
         self.traffic = traffic
         self._row = np.full(0, -1, dtype=np.int64)  # by chip id: its row, or -1 when not watched
+        self._rows = 0  # rows in use; the tables hold more, grown by doubling
         self._count = np.zeros(0, dtype=np.int64)  # live spans per row
         self._start = np.zeros((0, 8))
         self._end = np.zeros((0, 8))
@@ -49,11 +50,14 @@ class HbmLedger:
             self._row = np.concatenate([self._row, np.full(chip + 1 - len(self._row), -1, dtype=np.int64)])
         if self._row[chip] >= 0:
             return
-        self._row[chip] = len(self._count)
-        self._count = np.append(self._count, 0)
-        width = self._start.shape[1]
-        self._start, self._end, self._bytes = (np.vstack([table, np.zeros((1, width))])
-                                               for table in (self._start, self._end, self._bytes))
+        if self._rows == len(self._count):
+            grown = max(8, 2 * self._rows)
+            self._count = np.concatenate([self._count, np.zeros(grown - self._rows, dtype=np.int64)])
+            width = self._start.shape[1]
+            self._start, self._end, self._bytes = (np.vstack([table, np.zeros((grown - self._rows, width))])
+                                                   for table in (self._start, self._end, self._bytes))
+        self._row[chip] = self._rows
+        self._rows += 1
 
     def _rows_of(self, chips: np.ndarray) -> np.ndarray:
         rows = np.full(len(chips), -1, dtype=np.int64)
@@ -145,16 +149,17 @@ class SharedHbm:
         self.ledger = HbmLedger(traffic)
         self._tail: dict[int, simpy.Event] = {}
 
-    def occupy(self, chip: Chip, seconds: float, hbm_bytes: float, value: Any, on_span: SpanDone) -> simpy.Event:
-        """Queue an op of ``seconds`` uncontended that moves ``hbm_bytes`` on ``chip``; the event fires with
-        ``value`` when it ends, after ``on_span(start, end)``."""
+    def occupy(self, chip: Chip, seconds: float, hbm_bytes: float, flops: float, value: Any,
+               on_span: SpanDone | None = None) -> simpy.Event:
+        """Queue an op of ``seconds`` uncontended that moves ``hbm_bytes`` and executes ``flops`` on ``chip``; the
+        event fires with ``value`` when it ends, after ``on_span(start, end)``."""
         done = self.env.event()
         previous = self._tail.get(chip.id)
         self._tail[chip.id] = done
 
         def begin(_: object = None) -> None:
             self._run(chip, self.env.now, seconds, hbm_bytes, lambda start, end: self._finish(
-                chip, start, end, seconds, on_span, done, value))
+                chip, start, end, seconds, flops, on_span, done, value))
 
         if previous is None or previous.callbacks is None:
             begin()
@@ -187,13 +192,12 @@ class SharedHbm:
         return end
 
     @staticmethod
-    def _finish(chip: Chip, start: float, end: float, seconds: float, on_span: SpanDone, done: simpy.Event,
-                value: Any) -> None:
-        chip.mxu_free_at = end
-        chip.mxu_busy += end - start
+    def _finish(chip: Chip, start: float, end: float, seconds: float, flops: float, on_span: SpanDone | None,
+                done: simpy.Event, value: Any) -> None:
+        chip.ran(start, end, flops)
         stall = end - start - chip.slowdown * seconds
         if stall > _SETTLED:
             chip.hbm_stall += stall
-        chip.spans.append((start, end))
-        on_span(start, end)
+        if on_span is not None:
+            on_span(start, end)
         done.succeed(value)
