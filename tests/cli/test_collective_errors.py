@@ -66,7 +66,8 @@ def test_bad_input(
 def test_valid_values_are_listed(capsys: pytest.CaptureFixture[str]) -> None:
     main(_argv(hardware="tpu-v4"))
     first = capsys.readouterr().err.splitlines()[0]
-    assert first == "unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire"
+    assert first == ("unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, "
+                     "tpuv4-wire, tpuv5e, tpuv5p, tpuv6e")
 
 
 def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,7 +69,8 @@ def test_a_missing_or_empty_profile_folder_is_one_clear_line(tmp_path: Path, mon
 
 
 def test_registered_names() -> None:
-    assert hardware_names() == ["meshslice-sim", "meshslice-tpu-fit", "tpuv4", "tpuv4-wire"]
+    assert hardware_names() == [
+        "meshslice-sim", "meshslice-tpu-fit", "tpuv4", "tpuv4-wire", "tpuv5e", "tpuv5p", "tpuv6e"]
 
 
 def test_every_yaml_in_configs_hardware_loads() -> None:
@@ -183,7 +184,8 @@ def test_unknown_name_lists_valid_names_and_suggests() -> None:
     with pytest.raises(UnknownNameError) as info:
         load_hardware("tpu-v4")
     assert info.value.message == (
-        "unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire"
+        "unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire, "
+        "tpuv5e, tpuv5p, tpuv6e"
     )
     assert info.value.suggestion == "did you mean 'tpuv4'?"
     assert info.value.exit_code == 2
@@ -251,7 +253,8 @@ def test_unknown_base_name(tmp_path: Path) -> None:
     path = _write(tmp_path, "child", "base: tpu-v4\nname: child\ndescription: d\n")
     err = _config_error(path)
     assert err.message == (
-        f"{path}: base: unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, tpuv4-wire"
+        f"{path}: base: unknown hardware profile 'tpu-v4'; valid: meshslice-sim, meshslice-tpu-fit, tpuv4, "
+        "tpuv4-wire, tpuv5e, tpuv5p, tpuv6e"
     )
     assert err.suggestion == "did you mean 'tpuv4'?"
 

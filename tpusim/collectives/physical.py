@@ -31,7 +31,8 @@ from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.trace import Tracer
 from tpusim.hardware.chip import ChipModel
-from tpusim.topology import MeshMapping, default_tpuv4_slice, map_mesh, parse_topology
+from tpusim.topology import MeshMapping, default_slice, map_mesh, parse_topology
+from tpusim.topology.slices import TPUV4_RULES
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import MultiAxis
 
@@ -58,7 +59,9 @@ class PhysicalNetwork(Network):
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
               axis_map: str | None = None) -> MeshMapping:
-        physical = parse_topology(topology) if topology is not None else default_tpuv4_slice(rows * cols)
+        assert isinstance(hardware, PhysicalProfile)
+        rules = hardware.slices or TPUV4_RULES
+        physical = parse_topology(topology, rules) if topology is not None else default_slice(rows * cols, rules)
         return map_mesh(physical, rows, cols, axis_map)
 
     @property

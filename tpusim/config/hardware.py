@@ -8,9 +8,10 @@ model, which run the network as one abstract ring per logical axis. Which one a 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tpusim.config.loader import Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
 from tpusim.vocabulary import CollectiveOp, MultiAxis, Prefetch
@@ -26,6 +27,7 @@ __all__ = [
     "OverlapLimits",
     "PhysicalProfile",
     "ProfileDocument",
+    "SliceRules",
 ]
 
 Count = Annotated[int, Field(ge=1)]
@@ -181,6 +183,63 @@ class HardwareProfile(FrozenModel):
         return None
 
 
+def _shape_sides(shape: str) -> tuple[int, ...]:
+    try:
+        sides = tuple(int(side) for side in shape.split("x"))
+    except ValueError:
+        raise ValueError(f"slice shape {shape!r} is not like '4x4x8'") from None
+    if min(sides) < 1:
+        raise ValueError(f"slice shape {shape!r} needs sides >= 1")
+    return sides
+
+
+def _pairs(value: object) -> object:
+    # a mapping in YAML, kept as sorted pairs so that a profile stays hashable
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    return value
+
+
+class SliceRules(FrozenModel):
+    """Which slices of a TPU generation can be rented and where their links wrap around
+    (docs/network.md#slices-of-each-generation); ``tpusim.topology.slices`` applies them.
+
+    Either ``cube`` (TPUv4, TPUv5p: every side at most a cube side, or every side a multiple of it; slices of
+    whole cubes wrap on every axis through the optical switches) or ``shapes`` (TPUv5e, TPUv6e: the published
+    shapes, in any axis order; an axis wraps where its side equals ``wrap_side``).
+    """
+
+    generation: str = Field(pattern=r"^[a-z][a-z0-9]*$")
+    """Prefix of the slice names (``tpuv5p:4x4x8``) and the name a bare ``AxBxC`` is read as."""
+    axes: Annotated[int, Field(ge=1, le=3)]
+    cube: Count | None = None
+    shapes: tuple[str, ...] | None = None
+    wrap_side: Count | None = None
+    max_chips: Count
+    """The largest single slice."""
+    defaults: Annotated[tuple[tuple[Count, str], ...], BeforeValidator(_pairs)]
+    """The slice used for a chip count when no topology is given (written as a mapping ``chips: shape``)."""
+
+    @field_validator("shapes")
+    @classmethod
+    def _shapes_parse(cls, shapes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for shape in shapes or ():
+            _shape_sides(shape)
+        return shapes
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> SliceRules:
+        if (self.cube is None) == (self.shapes is None):
+            raise ValueError("give exactly one of 'cube' (the cube rule) or 'shapes' (the published shapes)")
+        if self.cube is not None and self.wrap_side is not None:
+            raise ValueError("'wrap_side' belongs to the 'shapes' rule; cube slices wrap when made of whole cubes")
+        for chips, shape in self.defaults:
+            sides = _shape_sides(shape)
+            if len(sides) != self.axes or math.prod(sides) != chips:
+                raise ValueError(f"defaults: {chips}: {shape!r} is not a {self.axes}-axis slice of {chips} chips")
+        return self
+
+
 class PhysicalProfile(HardwareProfile):
     """A cluster of chips joined by directed ICI links (docs/network.md#links)."""
 
@@ -191,6 +250,8 @@ class PhysicalProfile(HardwareProfile):
     behind that GeMM's collectives (docs/algorithms.md#prefetch-policy)."""
     multi_axis: MultiAxis = MultiAxis.DIMENSIONAL
     """How collectives run over a logical axis laid on several physical axes."""
+    slices: SliceRules | None = None
+    """The slices a bare ``AxBxC`` topology names and the default slice per chip count; None: TPUv4's."""
 
     @property
     def multi_axis_shown(self) -> str | None:

@@ -293,8 +293,9 @@ class _OnMesh(Request):
 
     mesh: Mesh = Field(description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d, fsdp)")
     chips: Count | None = Field(None, description="chip count; optional, must equal R x C when given")
-    topology: str | None = Field(None, description="physical network: TPUv4 slice AxBxC, torus:AxB[xC] or "
-                                 "mesh:AxB[xC] (default: the TPUv4 slice for the chip count)")
+    topology: str | None = Field(None, description="physical network: a slice of the hardware's generation "
+                                 "(AxBxC on tpuv4), torus:AxB[xC] or mesh:AxB[xC] (default: the generation's "
+                                 "slice for the chip count)")
     axis_map: str | None = Field(None, description="logical axes onto physical ones, e.g. 'x*y,z'")
     slow_chips: list[str] = Field(default_factory=list, description="chips that compute FACTOR times slower, "
                                   "e.g. '3,5:1.5' (repeatable)")

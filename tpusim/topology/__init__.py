@@ -2,7 +2,8 @@
 
 Public API: physical topologies (:class:`PhysicalTopology`, TPUv4 slices, generic tori and meshes,
 spec parsing) and logical mesh mappings (:func:`map_mesh`, :func:`abstract_mesh`, ring embeddings and
-routes per logical axis). This package knows nothing of SimPy; it imports only ``tpusim.errors``.
+routes per logical axis). This package knows nothing of SimPy; it imports only ``tpusim.errors`` and the slice rules of
+``tpusim.config``.
 """
 
 from tpusim.topology.mapping import (
@@ -18,9 +19,11 @@ from tpusim.topology.physical import PhysicalTopology, build_topology
 from tpusim.topology.rings import ring_way
 from tpusim.topology.slices import (
     DEFAULT_TPUV4_SLICES,
+    default_slice,
     default_tpuv4_slice,
     generic_topology,
     parse_topology,
+    slice_topology,
     tpuv4_slice,
 )
 
@@ -33,11 +36,13 @@ __all__ = [
     "RingEmbedding",
     "abstract_mesh",
     "build_topology",
+    "default_slice",
     "default_tpuv4_slice",
     "generic_topology",
     "map_mesh",
     "parse_mesh",
     "parse_topology",
     "ring_way",
+    "slice_topology",
     "tpuv4_slice",
 ]

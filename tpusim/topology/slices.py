@@ -1,23 +1,32 @@
-"""Named topologies: TPUv4 slice rules, generic tori and meshes, and parsing of topology specs.
+"""Named topologies: the slices of each TPU generation, generic tori and meshes, and parsing of topology specs.
 
 A TPUv4 slice is A x B x C with every side <= 4 or every side a multiple of 4; only slices made of whole 4x4x4 cubes
-have wraparound, and then on every axis (docs/network.md#tpuv4-slices-and-mapping). Generic ``torus:`` and ``mesh:``
+have wraparound, and then on every axis (docs/network.md#tpuv4-slices-and-mapping). Other generations follow the
+:class:`~tpusim.config.hardware.SliceRules` of their profile (docs/network.md#slices-of-each-generation). Generic
+``torus:`` and ``mesh:``
 topologies have 1 to 4 axes of any size. This module validates user-written shapes and builds
 :class:`~tpusim.topology.physical.PhysicalTopology` objects; it holds no topology logic of its own.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
 from tpusim.errors import TopologyError
 from tpusim.topology.physical import PhysicalTopology, build_topology
 
-# The most cube-like slice per chip count (docs/network.md#default-slice-per-chip-count, plus the sub-cube sizes
-# below 16).
+
+def _shape_text(dims: Sequence[object]) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+# The most cube-like TPUv4 slice per chip count (docs/network.md#default-slice-per-chip-count, plus the sub-cube
+# sizes below 16).
 DEFAULT_TPUV4_SLICES: MappingProxyType[int, tuple[int, int, int]] = MappingProxyType({
     1: (1, 1, 1),
     2: (1, 1, 2),
@@ -33,16 +42,68 @@ DEFAULT_TPUV4_SLICES: MappingProxyType[int, tuple[int, int, int]] = MappingProxy
     2048: (8, 16, 16),
     4096: (16, 16, 16),
 })
+TPUV4_CUBE = 4  # 4x4x4 chips per rack, joined to other cubes by optical switches; TPU v4 paper
+TPUV4_POD_CHIPS = 4096  # 64 cubes, 16x16x16; Cloud TPU v4 docs
 
-_VALID_FORMS = (
-    "valid forms: a TPUv4 slice 'AxBxC' (e.g. '4x4x16'), 'torus:16x16' or 'mesh:4x4x2' (1 to 4 sides)"
-)
+
+class SliceRules(Protocol):
+    """What a generation's slice rules say (``tpusim.config.hardware.SliceRules`` is the profile file's form)."""
+
+    @property
+    def generation(self) -> str: ...
+    @property
+    def axes(self) -> int: ...
+    @property
+    def cube(self) -> int | None: ...
+    @property
+    def shapes(self) -> tuple[str, ...] | None: ...
+    @property
+    def wrap_side(self) -> int | None: ...
+    @property
+    def max_chips(self) -> int: ...
+    @property
+    def defaults(self) -> tuple[tuple[int, str], ...]: ...
+
+
+@dataclass(frozen=True)
+class CubeSlices:
+    """Slice rules made of whole cubes (TPUv4's unless told otherwise)."""
+
+    generation: str = "tpuv4"
+    axes: int = 3
+    cube: int | None = TPUV4_CUBE
+    shapes: tuple[str, ...] | None = None
+    wrap_side: int | None = None
+    max_chips: int = TPUV4_POD_CHIPS
+    defaults: tuple[tuple[int, str], ...] = tuple(
+        (chips, _shape_text(dims)) for chips, dims in DEFAULT_TPUV4_SLICES.items()
+    )
+
+
+TPUV4_RULES: SliceRules = CubeSlices()
+
+
+def describe_rules(rules: SliceRules) -> str:
+    """The rule in words, as errors quote it."""
+    title = _title(rules)
+    if rules.cube is not None:
+        return (f"{title} slices have {rules.axes} sides, every side <= {rules.cube} or every side a multiple of "
+                f"{rules.cube}, at most {rules.max_chips} chips")
+    return f"{title} slices are {', '.join(rules.shapes or ())} (sides in any order)"
+
+
+def _sides_of(shape: str) -> tuple[int, ...]:
+    return tuple(int(side) for side in shape.split("x"))
+
+
+def _valid_forms(rules: SliceRules) -> str:
+    form, example = ("AxBxC", "4x4x16") if rules.axes == 3 else ("AxB", "8x16")
+    return (f"valid forms: a {_title(rules)} slice '{form}' (e.g. '{example}'), 'torus:16x16' or 'mesh:4x4x2' "
+            "(1 to 4 sides)")
 _SPEC = re.compile(r"(?:(?P<kind>[a-z0-9]+):)?(?P<dims>\d+(?:x\d+)*)")
 MAX_GENERIC_AXES = 4
 
 
-def _shape_text(dims: Sequence[object]) -> str:
-    return "x".join(str(d) for d in dims)
 
 
 def _check_sides(dims: Sequence[object], shown: str, what: str) -> tuple[int, ...]:
@@ -58,29 +119,57 @@ def _check_sides(dims: Sequence[object], shown: str, what: str) -> tuple[int, ..
     return tuple(sides)
 
 
-def _tpuv4(dims: Sequence[int], shown: str) -> PhysicalTopology:
-    sides = _check_sides(dims, shown, "TPUv4 slice")
-    if len(sides) != 3:
+def _title(rules: SliceRules) -> str:
+    """``tpuv5p`` -> ``TPUv5p``, as messages name a generation."""
+    return "TPU" + rules.generation[3:] if rules.generation.startswith("tpu") else rules.generation
+
+
+def _slice(dims: Sequence[int], shown: str, rules: SliceRules) -> PhysicalTopology:
+    title = _title(rules)
+    sides = _check_sides(dims, shown, f"{title} slice")
+    if len(sides) != rules.axes:
+        form = "x".join("ABCD"[:rules.axes])
+        example = "4x4x8" if rules.axes == 3 else "8x16" if rules.axes == 2 else "16"
         raise TopologyError(
-            f"TPUv4 slice {shown!r} has {len(sides)} sides; a slice needs exactly 3 (AxBxC, e.g. 4x4x8); "
-            "use 'torus:...' or 'mesh:...' for other shapes"
+            f"{title} slice {shown!r} has {len(sides)} sides; a slice needs exactly {rules.axes} ({form}, e.g. "
+            f"{example}); use 'torus:...' or 'mesh:...' for other shapes"
         )
     # Validation looks at the sorted sides; the user's axis order is kept for the topology itself.
     ordered = sorted(sides)
-    small = ordered[-1] <= 4
-    cubes = all(side % 4 == 0 for side in ordered)
-    if not (small or cubes):
+    if rules.cube is not None:
+        cube = rules.cube
+        whole_cubes = all(side % cube == 0 for side in ordered)
+        if not (ordered[-1] <= cube or whole_cubes):
+            small = "x".join(["2"] * (rules.axes - 1) + [str(cube)])
+            cubes = "x".join([str(cube)] * (rules.axes - 1) + [str(2 * cube)])
+            example = f"{small}, {cubes}"
+            raise TopologyError(
+                f"illegal {title} slice {shown!r}: every side must be <= {cube}, or every side a multiple of "
+                f"{cube} (e.g. {example})"
+            )
+        # Only whole cubes close their faces through the optical switches; sub-cube slices have no wrap.
+        wraps = (whole_cubes,) * len(sides)
+    else:
+        published = {tuple(sorted(_sides_of(shape))) for shape in rules.shapes or ()}
+        if tuple(ordered) not in published:
+            raise TopologyError(f"illegal {title} slice {shown!r}: {describe_rules(rules)}")
+        wraps = tuple(side == rules.wrap_side for side in sides)
+    if math.prod(sides) > rules.max_chips:
         raise TopologyError(
-            f"illegal TPUv4 slice {shown!r}: every side must be <= 4, or every side a multiple of 4 "
-            "(e.g. 2x2x4, 4x4x8)"
+            f"{title} slice {shown!r} has {math.prod(sides)} chips; the largest {title} slice has "
+            f"{rules.max_chips} ({describe_rules(rules)})"
         )
-    # Only whole 4x4x4 cubes close their faces through the optical switches; sub-cube slices have no wrap.
-    return build_topology(f"tpuv4:{_shape_text(sides)}", sides, (cubes,) * 3)
+    return build_topology(f"{rules.generation}:{_shape_text(sides)}", sides, wraps)
+
+
+def slice_topology(dims: Sequence[int], rules: SliceRules = TPUV4_RULES) -> PhysicalTopology:
+    """A slice of the generation ``rules`` describe, sides in the given axis order."""
+    return _slice(dims, _shape_text(dims) if not isinstance(dims, str) else dims, rules)
 
 
 def tpuv4_slice(dims: Sequence[int]) -> PhysicalTopology:
     """A TPUv4 slice with sides in the given axis order (``(4, 4, 16)`` -> ``"tpuv4:4x4x16"``)."""
-    return _tpuv4(dims, _shape_text(dims) if not isinstance(dims, str) else dims)
+    return slice_topology(dims, TPUV4_RULES)
 
 
 def _generic(kind: str, dims: Sequence[int], shown: str) -> PhysicalTopology:
@@ -100,33 +189,39 @@ def generic_topology(kind: Literal["torus", "mesh"], dims: Sequence[int]) -> Phy
     return _generic(kind, dims, shown)
 
 
-def parse_topology(spec: str) -> PhysicalTopology:
+def parse_topology(spec: str, rules: SliceRules = TPUV4_RULES) -> PhysicalTopology:
     """A topology from a spec such as ``"4x4x16"``, ``"torus:16x16"`` or ``"mesh:4x4x2"``.
 
-    A bare ``AxBxC`` (or ``tpuv4:AxBxC``) is a TPUv4 slice. Errors quote the spec verbatim and list the
-    valid forms.
+    A bare ``AxBxC`` (or ``<generation>:AxBxC``) is a slice of the generation ``rules`` describe (TPUv4 unless
+    told). Errors quote the spec verbatim and list the valid forms.
     """
     if not isinstance(spec, str):
-        raise TopologyError(f"cannot parse topology {spec!r}; {_VALID_FORMS}")
+        raise TopologyError(f"cannot parse topology {spec!r}; {_valid_forms(rules)}")
     match = _SPEC.fullmatch(spec.strip())
     if match is None:
-        raise TopologyError(f"cannot parse topology {spec!r}; {_VALID_FORMS}")
-    kind = match.group("kind") or "tpuv4"
+        raise TopologyError(f"cannot parse topology {spec!r}; {_valid_forms(rules)}")
+    kind = match.group("kind") or rules.generation
     sides = tuple(int(d) for d in match.group("dims").split("x"))
-    if kind == "tpuv4":
-        return _tpuv4(sides, spec)
+    if kind == rules.generation:
+        return _slice(sides, spec, rules)
     if kind not in ("torus", "mesh"):
-        raise TopologyError(f"topology {spec!r} has unknown kind {kind!r}; {_VALID_FORMS}")
+        raise TopologyError(f"topology {spec!r} has unknown kind {kind!r}; {_valid_forms(rules)}")
     return _generic(kind, sides, spec)
+
+
+def default_slice(chips: int, rules: SliceRules = TPUV4_RULES) -> PhysicalTopology:
+    """The generation's default slice with this many chips (docs/network.md#tpuv4-slices-and-mapping)."""
+    shape = dict(rules.defaults).get(chips) if isinstance(chips, int) and not isinstance(chips, bool) else None
+    if shape is None:
+        example = "4x4x8" if rules.axes == 3 else "8x16"
+        raise TopologyError(
+            f"no default {_title(rules)} slice for {chips!r} chips; valid counts: "
+            f"{', '.join(str(n) for n, _ in rules.defaults)}",
+            f"pass the slice explicitly with --topology, e.g. --topology {example} or --topology torus:12x12",
+        )
+    return slice_topology(_sides_of(shape), rules)
 
 
 def default_tpuv4_slice(chips: int) -> PhysicalTopology:
     """The most cube-like TPUv4 slice with this many chips (docs/network.md#tpuv4-slices-and-mapping)."""
-    dims = DEFAULT_TPUV4_SLICES.get(chips) if isinstance(chips, int) and not isinstance(chips, bool) else None
-    if dims is None:
-        raise TopologyError(
-            f"no default TPUv4 slice for {chips!r} chips; valid counts: "
-            f"{', '.join(str(n) for n in DEFAULT_TPUV4_SLICES)}",
-            "pass the slice explicitly with --topology, e.g. --topology 4x4x8 or --topology torus:12x12",
-        )
-    return tpuv4_slice(dims)
+    return default_slice(chips, TPUV4_RULES)
