@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 import tpusim.api as tp
+from tpusim.cli.main import main
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
 from tpusim.hardware import load_hardware, scaled_profile
@@ -50,3 +56,82 @@ def test_no_disk_cache_unless_named(tmp_path: Path, monkeypatch) -> None:  # typ
     assert Context.with_cache().cache_folder is None
     tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="8x8", algorithm="collective", ignore_memory=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def _one_entry(folder: Path) -> Path:
+    entries = sorted(folder.glob("*.json"))
+    assert entries
+    return entries[0]
+
+
+def _gemm(context: Context) -> float:
+    result = tp.gemm(hardware="meshslice-sim", mesh="4x4", algorithm="collective", dataflow="os",
+                     m=4096, n=4096, k=4096, context=context)
+    return float(result.time_s)
+
+
+def _recomputed_after(folder: Path, damage: Callable[[Path], None]) -> tuple[float, float, int]:
+    """(fresh time, time after damaging the one disk entry, entries rejected), each from a new context."""
+    fresh = _gemm(Context.with_cache(folder))
+    damage(_one_entry(folder))
+    context = Context.with_cache(folder)
+    again = _gemm(context)
+    return fresh, again, context.timings.rejected
+
+
+def _edit_time(path: Path) -> None:
+    entry = json.loads(path.read_text())
+    entry["value"]["time_s"] = -1
+    path.write_text(json.dumps(entry))
+
+
+def _truncate(path: Path) -> None:
+    path.write_text(path.read_text()[:40])
+
+
+def _foreign(path: Path) -> None:
+    path.write_text(json.dumps(["not", "an", "entry"]))
+
+
+def _old_format(path: Path) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text())["value"]))
+
+
+def _nan_with_digest(path: Path) -> None:
+    # a consistent digest does not make an implausible value trusted
+    entry = json.loads(path.read_text())
+    entry["value"]["time_s"] = float("nan")
+    entry["digest"] = hashlib.sha256(json.dumps(entry["value"], sort_keys=True, separators=(",", ":"))
+                                     .encode()).hexdigest()
+    path.write_text(json.dumps(entry))
+
+
+@pytest.mark.parametrize("damage", [_edit_time, _truncate, _foreign, _old_format, _nan_with_digest])
+def test_damaged_disk_entries_are_recomputed_and_replaced(tmp_path: Path, damage: Callable[[Path], None]) -> None:
+    fresh, again, rejected = _recomputed_after(tmp_path, damage)
+    assert again == fresh
+    assert rejected == 1
+    # the entry was replaced by a sound one: a third context reads it without rejecting anything
+    context = Context.with_cache(tmp_path)
+    assert _gemm(context) == fresh
+    assert (context.timings.rejected, context.timings.hits) == (0, 1)
+
+
+def test_an_entry_filed_under_another_key_is_not_used(tmp_path: Path) -> None:
+    _gemm(Context.with_cache(tmp_path))
+    entry = _one_entry(tmp_path)
+    entry.rename(tmp_path / f"{'0' * 64}.json")
+    context = Context.with_cache(tmp_path)
+    assert context.timings.get("0" * 64) is None
+    assert context.timings.rejected == 1
+
+
+def test_a_cache_path_naming_a_file_is_one_line_exit_2(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "cache.json"
+    target.write_text("{}")
+    status = main(["--cache", str(target), "list", "hardware"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err == [f"cache folder {str(target)!r} is a file; give a folder (it is created if missing)"]
+    assert target.read_text() == "{}"

@@ -5,6 +5,11 @@ its mapping, the whole hardware profile, fidelity, overrides). A cache lives on 
 ``Context`` (no module-level state): memory entries for as long as the context, and disk entries only in a
 folder the user names (``--cache DIR`` or ``TPUSIM_CACHE_DIR``), one JSON file per entry, written through a
 temporary file and a rename.
+
+A disk entry is an envelope ``{"format", "key", "digest", "value"}``: it is used only when it names the key it is
+filed under, its value hashes to its digest, and every number in it is finite with no negative time (a field
+ending in ``_s``). Anything else (a truncated, foreign, corrupted or hand-edited file) counts as a miss, so the
+result is recomputed and the entry replaced (docs/results.md, "Caching").
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from tpusim.engine.atomic import write_atomic
+from tpusim.errors import OutputPathError
 
 _MEMORY_ENTRIES = 4096
+_FORMAT = 1
 
 
 def _default(value: Any) -> Any:
@@ -39,6 +47,44 @@ def cache_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _plausible(value: Any, name: str = "") -> bool:
+    """Every number finite, and no negative time (a field whose name ends in ``_s``)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plausible(v, k) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plausible(item, name) for item in value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int | float):
+        return math.isfinite(value) and not (name.endswith("_s") and value < 0)
+    return False
+
+
+def _unwrap(key: str, entry: Any) -> dict[str, Any] | None:
+    """The value of a disk entry, or None when the entry is not a sound envelope for ``key``."""
+    if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
+        return None
+    value = entry.get("value")
+    if not isinstance(value, dict) or entry.get("digest") != _digest(value) or not _plausible(value):
+        return None
+    return value
+
+
+def check_cache_folder(folder: Path) -> None:
+    """Fail before any work when ``folder`` cannot hold a disk cache."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputPathError(f"cache folder {str(folder)!r} is a file; give a folder (it is created if missing)")
+    parent = folder if folder.exists() else folder.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"cache folder {str(folder)!r}: {str(parent)!r} is not a folder")
+
+
 class TimingCache:
     """Least-recently-used memory entries, plus JSON files in ``folder`` when one is set."""
 
@@ -47,6 +93,8 @@ class TimingCache:
         self.memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.rejected = 0
+        """Disk entries found unsound and recomputed (see the module docstring)."""
         self.enabled = True
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -57,9 +105,11 @@ class TimingCache:
             path = self.folder / f"{key}.json"
             if path.exists():
                 try:
-                    value = json.loads(path.read_text())
-                except (OSError, json.JSONDecodeError):
+                    value = _unwrap(key, json.loads(path.read_text()))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                     value = None
+                if value is None:
+                    self.rejected += 1
         if value is None:
             self.misses += 1
             return None
@@ -71,9 +121,10 @@ class TimingCache:
         if not self.enabled:
             return
         self._remember(key, value)
-        if self.folder is not None:
+        if self.folder is not None and _plausible(value):
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.folder / f"{key}.json", json.dumps(value, sort_keys=True))
+            entry = {"format": _FORMAT, "key": key, "digest": _digest(value), "value": value}
+            write_atomic(self.folder / f"{key}.json", json.dumps(entry, sort_keys=True, allow_nan=False))
 
     def _remember(self, key: str, value: dict[str, Any]) -> None:
         self.memory[key] = value

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from tpusim.engine.cache import TimingCache
+from tpusim.engine.cache import TimingCache, check_cache_folder
 
 __all__ = ["CACHE_ENV", "Context"]
 
@@ -37,7 +37,10 @@ class Context:
     def with_cache(cls, folder: Path | str | None = None) -> Context:
         """A context whose timing cache also persists in ``folder`` (default: ``$TPUSIM_CACHE_DIR`` if set)."""
         chosen = folder if folder is not None else os.environ.get(CACHE_ENV) or None
-        return cls(TimingCache(Path(chosen) if chosen is not None else None))
+        if chosen is None:
+            return cls(TimingCache(None))
+        check_cache_folder(Path(chosen))
+        return cls(TimingCache(Path(chosen)))
 
     @property
     def cache_folder(self) -> Path | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from tpusim.config import Experiment
 from tpusim.errors import UserError
+from tpusim.experiments.arguments import check_run_arguments
 from tpusim.experiments.executors import run_dask, run_local
 from tpusim.experiments.points import HEADLINE, row_of
 from tpusim.experiments.results import ResultsFiles, check_output_dir
@@ -69,6 +70,8 @@ def run_experiment(
     cache: Path | str | None = None,
 ) -> RunSummary:
     """Run every point of ``experiment`` into folder ``out``."""
+    check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
+                        scheduler=scheduler)
     source = "experiment"
     if not isinstance(experiment, Experiment):
         source = str(experiment)

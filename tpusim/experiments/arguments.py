@@ -1,0 +1,45 @@
+"""Type checks of the Python API's arguments to ``run_experiment``: a wrong type is a one-line ``UserError``.
+
+The command line hands these over already parsed; a Python caller can pass anything, and a wrong type must not
+surface as a TypeError deep inside a run (nor a truthy string such as ``resume="no"`` be taken as yes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tpusim.config import Experiment
+from tpusim.errors import UserError
+
+__all__ = ["check_run_arguments"]
+
+
+def _path(name: str, value: Any, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, str | Path):
+        shown = "a path (str or pathlib.Path)" + (" or None" if optional else "")
+        raise UserError(f"{name} {value!r} must be {shown}")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise UserError(f"{name} {value!r} must be True or False")
+
+
+def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, yes: Any, progress: Any,
+                        cache: Any, scheduler: Any) -> None:
+    """Refuse arguments of the wrong type, naming the argument and what it must be."""
+    if not isinstance(experiment, Experiment):
+        _path("experiment", experiment, optional=False)
+    _path("out", out, optional=False)
+    if isinstance(jobs, bool) or not isinstance(jobs, int):
+        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    _flag("resume", resume)
+    _flag("yes", yes)
+    if progress is not None and not callable(progress):
+        raise UserError(f"progress {progress!r} must be a function (done, total) or None")
+    _path("cache", cache, optional=True)
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise UserError(f"scheduler {scheduler!r} must be an address such as 'tcp://host:8786' or None")
