@@ -46,6 +46,11 @@ class InfeasibleError(UserError):
     """A configuration that cannot exist: divisibility of heads, batch or slices, non-square Cannon."""
 
 
+class NonFiniteError(UserError):
+    """A time, byte count or ratio that came out infinite or NaN: some input is so extreme that the arithmetic
+    overflows a float (the message names it where it can be told)."""
+
+
 class OutputPathError(UserError):
     """An output path that cannot be written."""
 

@@ -56,6 +56,15 @@ def _finite_positive(value: float, text: object, what: str, allow_zero: bool) ->
     return value
 
 
+def _as_float(value: int | float, what: str) -> float:
+    """A number as a float; an integer too large for one (``2**1100``) is refused, not an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        shown = str(value)
+        raise UnitError(f"{what} {shown[:24]}... ({len(shown)} digits) is too large to be a number") from None
+
+
 def _size_unit(unit: str) -> str | None:
     """The canonical spelling of a byte unit, whatever its case ("mb" -> "MB", "gib" -> "GiB"); sizes are
     always bytes, so the case carries no meaning."""
@@ -67,7 +76,7 @@ def parse_size(text: str | float | int, *, allow_zero: bool = False) -> float:
     if isinstance(text, bool):
         raise UnitError(f"size {text!r} is not a number of bytes")
     if isinstance(text, int | float):
-        return _finite_positive(float(text), text, "size", allow_zero)
+        return _finite_positive(_as_float(text, "size"), text, "size", allow_zero)
     value, unit = _split(text)
     canonical = _size_unit(unit)
     if canonical is None:
@@ -82,7 +91,7 @@ def parse_bandwidth(text: str | float | int) -> float:
     if isinstance(text, bool):
         raise UnitError(f"bandwidth {text!r} is not a number")
     if isinstance(text, int | float):
-        return _finite_positive(float(text), text, "bandwidth", False)
+        return _finite_positive(_as_float(text, "bandwidth"), text, "bandwidth", False)
     value, unit = _split(text)
     canonical = _size_unit(unit[:-2]) if unit.endswith("/s") else None
     if canonical is None:
@@ -95,7 +104,7 @@ def parse_time(text: str | float | int, *, allow_zero: bool = True) -> float:
     if isinstance(text, bool):
         raise UnitError(f"time {text!r} is not a number")
     if isinstance(text, int | float):
-        return _finite_positive(float(text), text, "time", allow_zero)
+        return _finite_positive(_as_float(text, "time"), text, "time", allow_zero)
     value, unit = _split(text)
     if unit not in _TIME_UNITS:
         raise UnitError(f"time {text!r} has unknown unit {unit!r}; valid: s, ms, us, ns")
@@ -107,7 +116,7 @@ def parse_flops(text: str | float | int) -> float:
     if isinstance(text, bool):
         raise UnitError(f"compute rate {text!r} is not a number")
     if isinstance(text, int | float):
-        return _finite_positive(float(text), text, "compute rate", False)
+        return _finite_positive(_as_float(text, "compute rate"), text, "compute rate", False)
     value, unit = _split(text)
     match = re.fullmatch(r"([KGTP]?)FLOP/s", unit)
     if not match:
@@ -131,8 +140,10 @@ def parse_count(text: str | int, what: str = "count") -> int:
     return value
 
 
-def format_time(seconds: float) -> str:
-    """A readable time with a unit: ``681.67 us``."""
+def format_time(seconds: float | None) -> str:
+    """A readable time with a unit: ``681.67 us``; ``n/a`` for a time that has no value (None)."""
+    if seconds is None:
+        return "n/a"
     for unit, scale in (("s", 1.0), ("ms", ms), ("us", us)):
         if abs(seconds) >= scale:
             return f"{seconds / scale:.6g} {unit}"

@@ -15,6 +15,7 @@ RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["errors"] = -1  # the exception hierarchy is importable from everywhere
 RANK["units"] = -1
 RANK["vocabulary"] = -1  # the shared names, importable from everywhere
+RANK["limits"] = -1  # the size limits, importable from everywhere (it imports only errors)
 
 
 def _layer(module: str) -> str | None:

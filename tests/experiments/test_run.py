@@ -60,7 +60,11 @@ def test_outputs_and_rows(tmp_path: Path) -> None:
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"results.csv", "results.json", "run_meta.json"} <= files
     csv_lines = (tmp_path / "out" / "results.csv").read_text().splitlines()
-    assert len(csv_lines) == 10 and csv_lines[0].startswith("index,algorithm,dataflow")
+    # the swept keys lead (the include's too), then the other inputs, the results, the error
+    assert len(csv_lines) == 10 and csv_lines[0].startswith(
+        "index,point.algorithm,point.dataflow,point.kind,point.op,point.axis,point.bytes,point.hardware,")
+    assert csv_lines[0].endswith(",transfers,events,max_abs_error,error")
+    assert csv_lines[-1].startswith("8,,,collective,all-gather,1,64000000,meshslice-tpu-fit,")
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["points_finished"] == 9 and data["config_hash"]
     assert "started" not in json.dumps(data)  # times live in run_meta.json only

@@ -17,6 +17,7 @@ import pytest
 from nbclient import NotebookClient
 
 import tpusim.api as tp
+from tests.small_model import SMALL_MODEL_YAML
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 COMPARE = "compare_algorithms.ipynb"
@@ -29,6 +30,20 @@ SMALL: dict[str, dict[str, Any]] = {
               "IGNORE_MEMORY": True},
 }
 BEST = re.compile(r"Best configuration: mesh (\d+)x(\d+), K = (\d+), step time ([0-9.]+) s")
+
+# A model that is not packaged, with an FF width other than 4 x hidden, so that the notebook must read every
+# dimension from the model file (tp.model) instead of knowing the shipped models.
+TINY_MODEL = SMALL_MODEL_YAML
+# every label of the step-time bar chart must sit inside its axes, below the title
+LABELS_INSIDE = """
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+_renderer = FigureCanvasAgg(fig).get_renderer()
+_box = ax.get_window_extent(_renderer)
+_inside = [_box.y0 <= t.get_window_extent(_renderer).y0 and t.get_window_extent(_renderer).y1 <= _box.y1
+           for t in ax.texts]
+print("labels inside the axes:", all(_inside), len(_inside))
+"""
+BAR_CHART = ('savefig("step_time_by_algorithm.png"', LABELS_INSIDE)
 
 
 def parameters_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -48,9 +63,17 @@ def assigned_names(source: str) -> list[str]:
     return names
 
 
-def execute(name: str, workdir: Path) -> nbformat.NotebookNode:
+def execute(name: str, workdir: Path, parameters: dict[str, Any] | None = None,
+            probe: tuple[str, str] | None = None) -> nbformat.NotebookNode:
+    """Run notebook ``name`` in ``workdir`` with ``parameters`` (default: its SMALL settings); ``probe`` is
+    (text of a code cell, code) to run right after that cell."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    parameters_cell(nb).source = "\n".join(f"{key} = {value!r}" for key, value in SMALL[name].items())
+    parameters_cell(nb).source = "\n".join(f"{key} = {value!r}"
+                                           for key, value in (parameters or SMALL[name]).items())
+    if probe is not None:
+        marker, code = probe
+        index = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and marker in cell.source)
+        nb.cells.insert(index + 1, nbformat.v4.new_code_cell(code))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
     return nb
 
@@ -70,7 +93,7 @@ def count(nb: nbformat.NotebookNode, mime: str) -> int:
 @pytest.fixture(scope="module")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[nbformat.NotebookNode, Path]:
     workdir = tmp_path_factory.mktemp("compare")
-    return execute(COMPARE, workdir), workdir
+    return execute(COMPARE, workdir, probe=BAR_CHART), workdir
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +122,7 @@ def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat
     for label in ("collective", "wang", "summa", "cannon", "meshslice K=2", "tp1d"):  # 4x4 is square: Cannon runs
         assert re.search(rf"{re.escape(label)} on +\S+: +[0-9.]+ s/step", text), label
     assert "skipped" not in text
+    assert "labels inside the axes: True 6" in text  # no bar clipped here: the tallest bars' labels clear the title
     assert (workdir / "step_time_by_algorithm.png").stat().st_size > 0
     assert (workdir / "meshslice_ff1_timeline.png").stat().st_size > 0
     assert (workdir / "meshslice_ff1_trace.json").stat().st_size > 0
@@ -126,3 +150,17 @@ def test_explore_mesh_and_slices_runs_with_small_settings(
     again = tp.step(model=params["MODEL"], hardware=params["HARDWARE"], mesh=f"{rows}x{cols}", algorithm="meshslice",
                     slices=k, ignore_memory=params["IGNORE_MEMORY"])
     assert again.step_time_s == pytest.approx(float(best.group(4)), abs=5e-4)
+
+
+def test_compare_algorithms_takes_a_custom_model_file(tmp_path: Path) -> None:
+    model = tmp_path / "tiny.yaml"
+    model.write_text(TINY_MODEL)
+    parameters = {**SMALL[COMPARE], "MODEL": str(model), "IGNORE_MEMORY": False}
+    nb = execute(COMPARE, tmp_path, parameters, probe=BAR_CHART)
+    assert not [o for o in outputs(nb) if o.output_type == "error"]
+    text = stdout(nb)
+    for label in ("collective", "wang", "summa", "cannon", "meshslice K=2", "tp1d"):
+        assert re.search(rf"{re.escape(label)} on +\S+: +[0-9.]+ s/step", text), label
+    # FF1: M = batch 16 x sequence 512, K = hidden, N = the model's ffn (not 4 x hidden = 4096)
+    assert "FF1 GeMM M=8192 K=1024 N=3072 on 4x4, 2 slices:" in text
+    assert "labels inside the axes: True 6" in text  # one label per bar, tp1d's clipped one inside its bar

@@ -25,7 +25,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_every_data_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     inside = set(wheel.namelist())
     shipped = sorted(str(p.relative_to(ROOT)) for p in DATA.rglob("*.yaml"))
-    assert len(shipped) == 4 + 3 + 8  # hardware profiles, models, experiment families
+    assert len(shipped) == 7 + 3 + 8  # hardware profiles, models, experiment families
     assert [name for name in shipped if name not in inside] == []
 
 
@@ -38,3 +38,14 @@ def test_the_wheel_has_the_entry_points_and_the_version(wheel: zipfile.ZipFile) 
 
     (metadata,) = [n for n in inside if n.endswith("METADATA")]
     assert f"Version: {tpusim.__version__}" in wheel.read(metadata).decode()
+
+
+def test_the_extras_bring_dask_and_headless_notebooks(wheel: zipfile.ZipFile) -> None:
+    """``.[dask]`` installs the Dask executor's cluster client; ``.[dev]`` includes it and nbconvert, which
+    ``jupyter nbconvert --execute`` (README) needs."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith("METADATA")]
+    requires = [line for line in wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert 'Requires-Dist: dask[distributed]>=2024.1; extra == "dask"' in requires
+    assert 'Requires-Dist: tpusim[dask]; extra == "dev"' in requires
+    assert 'Requires-Dist: nbconvert>=7; extra == "dev"' in requires
+    assert not [line for line in requires if "dask" in line and "extra" not in line]  # never a core dependency

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
 from tpusim.cli.main import main
 from tpusim.config.catalog import data_root
@@ -30,17 +31,7 @@ from tpusim.errors import (
 from tpusim.experiments.spec import load_experiment
 from tpusim.hardware import load_hardware
 
-TINY_POINT = """\
-point:
-  kind: gemm
-  hardware: meshslice-tpu-fit
-  mesh: 2x2
-  algorithm: summa
-  dataflow: os
-  m: 64
-  n: 64
-  k: 64
-"""
+TINY_POINT = TINY_GEMM_POINT
 
 FILES = {
     "ok.yaml": "name: ok\n" + TINY_POINT,

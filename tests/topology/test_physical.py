@@ -291,7 +291,7 @@ def test_wrapped_cube_every_chip_has_six_links() -> None:
 
 def test_topology_imports_only_errors_and_units_from_tpusim() -> None:
     package = pathlib.Path(__file__).resolve().parents[2] / "tpusim" / "topology"
-    allowed = {"tpusim.errors", "tpusim.units"}
+    allowed = {"tpusim.errors", "tpusim.units", "tpusim.limits"}  # leaf modules: they import only tpusim.errors
     for path in sorted(package.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []

@@ -6,22 +6,30 @@ import argparse
 
 from tpusim.cli.common import emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import CollectiveRequest
-from tpusim.experiments.runners import run_collective
 from tpusim.units import format_size, format_time
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("collective", help="simulate one collective over a logical mesh axis")
     add_request_arguments(p, CollectiveRequest)
+    add_link_map_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.runners import run_collective
+
     request = request_from_args(CollectiveRequest, args)
     assert isinstance(request, CollectiveRequest)
-    result = run_collective(request, args.context)
+    link_busy = start_link_map(args.link_map)
+    result = run_collective(request, args.context, link_busy=link_busy)
+    finish_link_map(link_busy, args.link_map, result.time_s,
+                    f"{result.op} of {format_size(result.bytes)} on axis {result.axis} of a {result.mapping['mesh']} "
+                    f"mesh ({result.groups} groups of {result.group_size}), {result.mapping['topology']}",
+                    result.notes)
     if args.json:
         emit_json(result.to_dict())
         return 0

@@ -80,7 +80,7 @@ def positive_number_arg(flag: str) -> Callable[[str], float]:
 
 def emit_json(payload: dict[str, Any]) -> None:
     """Exactly one JSON object on stdout."""
-    json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=_jsonable)
+    json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=_jsonable, allow_nan=False)
     sys.stdout.write("\n")
 
 
@@ -97,9 +97,9 @@ def note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
 
-def stall_text(stall: float) -> str:
+def stall_text(stall: float | None) -> str:
     """The part of compute that HBM contention added, where there is any (docs/chip.md#hbm-contention)."""
-    return f"   (of which {format_time(stall)} from HBM shared with DMA)" if stall > 0 else ""
+    return f"   (of which {format_time(stall)} from HBM shared with DMA)" if stall else ""
 
 
 def network_text(mapping: dict[str, Any]) -> str:

@@ -6,9 +6,8 @@ import argparse
 
 from tpusim.cli.common import emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import GemmRequest
-from tpusim.experiments.runners import run_gemm
-from tpusim.experiments.tracing import finish_trace, start_trace
 from tpusim.units import format_time
 
 
@@ -17,16 +16,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_request_arguments(p, GemmRequest)
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
     p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default all)")
+    add_link_map_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.runners import run_gemm
+    from tpusim.experiments.tracing import finish_trace, start_trace
+
     request = request_from_args(GemmRequest, args)
     assert isinstance(request, GemmRequest)
     tracer = start_trace(args.trace, args.trace_chips)
-    result = run_gemm(request, args.context, tracer)
+    link_busy = start_link_map(args.link_map, request.fidelity)
+    result = run_gemm(request, args.context, tracer, link_busy)
     finish_trace(tracer, args.trace, result)
+    finish_link_map(link_busy, args.link_map, result.time_s,
+                    f"{result.algorithm} {result.dataflow} GeMM M={result.m} N={result.n} K={result.k} on a "
+                    f"{result.mesh} mesh, {result.mapping['topology']}, fidelity {result.fidelity}", result.notes)
     if args.json:
         emit_json(result.to_dict())
         return 0

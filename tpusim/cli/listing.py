@@ -5,11 +5,6 @@ from __future__ import annotations
 import argparse
 
 from tpusim.cli.common import emit_json, name_arg
-from tpusim.config.catalog import EXPERIMENTS
-from tpusim.experiments.spec import load_experiment
-from tpusim.gemm.registry import algorithms
-from tpusim.hardware import list_hardware
-from tpusim.model.registry import list_models
 from tpusim.vocabulary import CollectiveOp
 
 
@@ -22,13 +17,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # each listing imports only the catalogue it shows
     if args.what == "hardware":
+        from tpusim.hardware import list_hardware
+
         rows = [(p.name, p.kind, p.description) for p in list_hardware()]
     elif args.what == "models":
+        from tpusim.model.registry import list_models
+
         rows = [(m.name, "model", m.description) for m in list_models()]
     elif args.what == "algorithms":
+        from tpusim.gemm.registry import algorithms
+
         rows = [(a.name, "algorithm", a.summary) for a in algorithms().values()]
     elif args.what == "experiments":
+        from tpusim.config.catalog import EXPERIMENTS
+        from tpusim.experiments.spec import load_experiment
+
         rows = [(name, "experiment", load_experiment(name).description) for name in EXPERIMENTS.names()]
     else:
         rows = [(op.value, "collective", "") for op in CollectiveOp]

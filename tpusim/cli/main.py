@@ -1,5 +1,9 @@
 """Entry point: builds the parser from the command modules, dispatches, and turns errors into exit codes.
 
+The command modules are light: up front they load only what their flags are built from (the request models);
+each handler imports the simulation layers, plotting, dataframes or cluster libraries it runs on, so a command
+loads only what it uses (tests/architecture/test_lazy_imports.py).
+
 Conventions (docs/results.md#command-line-conventions): with ``--json`` stdout carries exactly one JSON object; notes
 and progress go to stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is
 valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
@@ -10,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +31,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
+
+
+def _print_traceback() -> None:
+    import traceback  # only with --debug: a command that succeeds never needs it
+
+    traceback.print_exc()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except TpusimError as error:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         for line in error.lines():
             print(line, file=sys.stderr)
         return error.exit_code
@@ -65,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as error:  # an internal error: say so in one line, the traceback only on request
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         print(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)",
               file=sys.stderr)
         return 1

@@ -7,10 +7,9 @@ import os
 import sys
 
 from tpusim.cli.common import count_arg, emit_json, out_dir_arg
+from tpusim.cli.progress import Bar
 from tpusim.errors import ValidationFailed
 from tpusim.experiments.families import family_names
-from tpusim.experiments.reproduce import headline_table, reproduce
-from tpusim.experiments.validation import run_validation
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--hardware", help="run every point on this profile instead of the family's")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=os.cpu_count() or 1,
                    help="parallel worker processes (default: one per CPU)")
+    p.add_argument("--redraw", action="store_true",
+                   help="simulate nothing: redraw OUT/X/X.csv and X.png from the results.json of an earlier run")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
     v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
@@ -31,8 +32,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs,
-                        cache=args.context.cache_folder)
+    from tpusim.experiments.reproduce import headline_table, reproduce
+
+    with Bar("point") as bar:
+        outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs,
+                            cache=args.context.cache_folder, redraw=args.redraw,
+                            progress=bar.phase if bar.drawn else None)
     if args.json:
         emit_json({"families": [{"name": o.name, "csv": str(o.csv), "png": str(o.png), "rows": o.rows}
                                 for o in outputs]})
@@ -45,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def validate(args: argparse.Namespace) -> int:
+    from tpusim.experiments.validation import run_validation
+
     results = run_validation()
     failed = [c for c in results if not c.ok]
     if args.json:

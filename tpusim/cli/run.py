@@ -7,8 +7,6 @@ import json
 import sys
 
 from tpusim.cli.common import count_arg, emit_json, name_arg, note, out_dir_arg, positive_number_arg
-from tpusim.config import Experiment
-from tpusim.experiments.run import run_experiment
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,7 +19,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     p.add_argument("--resume", action="store_true", help="keep finished points in --out and run the rest")
     p.add_argument("--timeout", type=positive_number_arg("--timeout"),
-                   help="stop after this many seconds, keeping finished points")
+                   help="stop any point still running after this many seconds (its row says so; exit 1 at the end)")
+    p.add_argument("--connect-timeout", type=positive_number_arg("--connect-timeout"),
+                   help="seconds to wait for the Dask --scheduler to answer (default: 10)")
     p.add_argument("--yes", action="store_true", help="run sweeps larger than the file's max_points")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.run import run_experiment
+
     bar = None
     if not args.quiet and sys.stderr.isatty():
         from tqdm import tqdm
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
                                  scheduler=args.scheduler, resume=args.resume, timeout=args.timeout,
-                                 yes=args.yes, progress=progress, cache=args.context.cache_folder)
+                                 yes=args.yes, progress=progress, cache=args.context.cache_folder,
+                                 **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
     finally:
         if bar is not None:
             bar.close()
@@ -64,5 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def schema(args: argparse.Namespace) -> int:
     del args
+    from tpusim.config import Experiment
+
     print(json.dumps(Experiment.model_json_schema(by_alias=True), indent=2))
     return 0

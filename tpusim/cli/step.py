@@ -6,23 +6,42 @@ import argparse
 
 from tpusim.cli.common import emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
+from tpusim.cli.progress import Bar
 from tpusim.config.requests import StepRequest
-from tpusim.experiments.runners import run_step
-from tpusim.model.memory import microbatches_text
 from tpusim.units import format_size, format_time
+
+BAR_DELAY_S = 1.0
+"""A step still running after this many seconds gets a progress bar; a quicker one prints none."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("step", help="simulate one training step")
     add_request_arguments(p, StepRequest)
+    add_link_map_argument(p)
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the simulated layers here")
+    p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default: chip (0,0)'s row and column)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.runners import run_step
+    from tpusim.experiments.tracing import finish_trace, start_trace
+    from tpusim.model.memory import microbatches_text
+
     request = request_from_args(StepRequest, args)
     assert isinstance(request, StepRequest)
-    result = run_step(request, args.context)
+    tracer = start_trace(args.trace, args.trace_chips)
+    link_busy = start_link_map(args.link_map, request.fidelity)
+    # a bar on a terminal's standard error for a step that takes a while (slice counts chosen, then the step)
+    with Bar("piece", delay_s=BAR_DELAY_S) as bar:
+        result = run_step(request, args.context, link_busy=link_busy, tracer=tracer,
+                          progress=bar.phase if bar.drawn else None)
+    finish_trace(tracer, args.trace, result)
+    finish_link_map(link_busy, args.link_map, result.step_time_s,
+                    f"{result.model} training step, {result.algorithm} on a {result.mesh} mesh, "
+                    f"{result.mapping['topology']}, fidelity {result.fidelity}", result.notes)
     if args.json:
         emit_json(result.to_dict())
         return 0

@@ -3,28 +3,43 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from typing import TYPE_CHECKING
 
-from tpusim.cli.common import emit_json, note
+from tpusim.cli.common import count_arg, emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
-from tpusim.experiments.runners import run_tune
-from tpusim.model.memory import microbatches_text
-from tpusim.tuning import Choice, TuneResult
 from tpusim.units import format_time
+
+if TYPE_CHECKING:
+    from tpusim.tuning import Choice, TuneResult
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("tune", help="search mesh shape, dataflows, transposition and slice counts")
     add_request_arguments(p, TuneRequest)
+    p.add_argument("--trace-best", help="simulate the best choice once more as a step and write its "
+                   "Chrome/Perfetto trace JSON here")
+    p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default: chip (0,0)'s row and column)")
+    p.add_argument("--jobs", type=count_arg("--jobs"), default=1,
+                   help="worker processes that simulate (at most one per CPU; the result is the same)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.runners import run_tune
+    from tpusim.experiments.tracing import finish_trace, start_trace
+
     request = request_from_args(TuneRequest, args)
     assert isinstance(request, TuneRequest)
-    result = run_tune(request, args.context, progress=_progress if sys.stderr.isatty() else None)
+    tracer = start_trace(args.trace_best, args.trace_chips, "--trace-best")
+    # where a long search is: a bar on a terminal's standard error, its stages counted (stdout keeps the result)
+    with Bar("stage") as bar:
+        progress = bar.describe if bar.drawn else None
+        result = run_tune(request, args.context, progress=progress, tracer=tracer, stages=bar.update,
+                          jobs=args.jobs)
+    finish_trace(tracer, args.trace_best, result)
     if args.json:
         emit_json(result.to_dict())
         return 0
@@ -34,12 +49,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(line: str) -> None:
-    """Where a long search is, on a terminal's standard error (stdout keeps only the result)."""
-    print(f"tune: {line}", file=sys.stderr, flush=True)
-
-
 def _print(result: TuneResult) -> None:
+    from tpusim.model.memory import microbatches_text
+
     mode = "exhaustive" if result.exhaustive else "pruned"
     print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
           f"prefetch {result.prefetch}, recompute {result.recompute}, attention {result.attention}, "

@@ -84,10 +84,12 @@ class Device:
         if self.sim.hardware.overlap_slowdown != 1.0 and self.runtime.in_flight.get(self.chip_id, 0):
             seconds *= self.sim.hardware.overlap_slowdown
         tracer = self.sim.tracer
+        if tracer is not None:
+            name = tracer.label(self.chip_id, name)  # the op issuing it, while it is current
 
         def traced(start: float, end: float) -> None:
             if tracer is not None:
-                tracer.record(self.chip_id, "MXU", name, start, end, flops=flops)
+                tracer.compute(self.chip_id, name, start, end, flops, end - start - self.chip.slowdown * seconds)
 
         hbm = self.sim.hbm
         if hbm is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import simpy
 
 from tpusim.collectives.call import CollectiveCall
@@ -110,6 +111,17 @@ class Network(ABC):
     def totals(self, elapsed: float) -> LinkTotals | None:
         """What the links carried so far, or None on a network without links."""
         del elapsed
+        return None
+
+    def link_busy(self) -> np.ndarray | None:
+        """Seconds each directed link (by link id) has been busy so far, or None on a network without links."""
+        return None
+
+    def busy_of(self, call: CollectiveCall, group: int) -> np.ndarray | None:
+        """Seconds each directed link would be busy running ``call`` on ``group`` of its axis, or None on a
+        network without links. A transfer holds its link for the same time whenever it runs, so this needs no
+        simulation (it completes the links of groups a symmetric run did not simulate)."""
+        del call, group
         return None
 
 

@@ -200,8 +200,9 @@ class PhysicalNetwork(Network):
         def done(rank: int, when: float) -> None:
             dones[rank // size](rank % size, when)
 
-        yield env.process(execute_program(env, self.links, program, done, self.costs.reduce_per_byte,
-                                             self._hbm))
+        body = execute_program(env, self.links, program, done, self.costs.reduce_per_byte, self._hbm)
+        tracer: Tracer | None = getattr(self, "_tracer", None)
+        yield env.process(body if tracer is None else tracer.link_program(body, call.axis, str(call.op)))
 
     def program(self, call: CollectiveCall, groups: tuple[int, ...]) -> Program:
         """The merged program of ``call`` on ``groups``, memoised on the context."""
@@ -235,20 +236,15 @@ class PhysicalNetwork(Network):
         return plans
 
     def trace_links(self, tracer: Tracer) -> None:
-        """Record every link transfer on its source chip's port track (``ICI +x`` ...)."""
+        """Record every link transfer on its source chip's port track (``ICI +x`` ...), named by its collective."""
         topology = self.mapping.topology
         assert topology is not None
         names = [
             f"ICI {'+' if topology.link_sign[link] > 0 else '-'}{topology.axis_names[topology.link_axis[link]]}"
             for link in range(topology.num_links)
         ]
-        sources = topology.link_src.tolist()
-
-        def record(links: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-            for link, s, e in zip(links.tolist(), start.tolist(), end.tolist(), strict=True):
-                tracer.record(sources[link], names[link], "transfer", s, e, link=link)
-
-        self.links.on_transfer = record
+        tracer.watch_links(self.links, names, topology.link_src, topology.link_dst)
+        self._tracer = tracer
 
     def totals(self, elapsed: float) -> LinkTotals:
         links = self.links
@@ -258,4 +254,19 @@ class PhysicalNetwork(Network):
             max_link_utilisation=float(links.utilisation(elapsed).max(initial=0.0)),
             transfers=links.transfers,
         )
+
+    def link_busy(self) -> np.ndarray:
+        return self.links.busy.copy()
+
+    def busy_of(self, call: CollectiveCall, group: int) -> np.ndarray:
+        # the executor sends every message whole over each hop of its route, holding the link for its bytes
+        # plus the per-transfer overhead (LinkArray.transmit)
+        links = self.links
+        busy = np.zeros(links.count)
+        for plan in self.plans(call, group):
+            on_route = np.arange(plan.route.shape[1]) < plan.hops[:, None]
+            route = plan.route[on_route]
+            nbytes = np.broadcast_to(plan.nbytes[:, None], plan.route.shape)[on_route]
+            np.add.at(busy, route, nbytes / links.bandwidth[route] + links.overhead)
+        return busy
 

@@ -54,6 +54,7 @@ class _Instance:
     inputs: dict[int, Tensor] = field(default_factory=dict)
     handles: dict[int, Pending] = field(default_factory=dict)
     chips: dict[int, int] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)  # by rank: the traced name, with the op that issued it
 
 
 class CollectiveRuntime:
@@ -115,6 +116,8 @@ class CollectiveRuntime:
                 f"collective mismatch on axis {axis}, group {group}, call #{seq}: chip {chip} issued "
                 f"{call.op} of {call.nbytes} B but the group started {instance.call.op} of {instance.call.nbytes} B"
             )
+        if sim.tracer is not None:
+            instance.names[rank] = sim.tracer.label(chip, str(call.op))
         gate = self._gate(chip, call.op, handle)
         if gate is None or gate.processed:
             self._join(instance, key, chip, rank, call, tensor, handle)
@@ -191,6 +194,8 @@ class CollectiveRuntime:
             outputs = dict(enumerate(semantics.apply(call, [instance.inputs[r] for r in range(n)])))
         record = CollectiveRecord(call, instance.group, n, env.now)
         self.records.append(record)
+        if sim.tracer is not None and instance.names:
+            sim.tracer.starting(call.axis, str(call.op), next(iter(instance.names.values())))
         for chip in instance.chips.values():
             self.in_flight[chip] = self.in_flight.get(chip, 0) + 1
 
@@ -204,8 +209,8 @@ class CollectiveRuntime:
                 self.in_flight[chip] -= 1
                 sim.waiting.pop(chip, None)
                 if sim.tracer is not None:
-                    sim.tracer.record(chip, f"collectives axis {call.axis}", str(call.op), record.start, when,
-                                      bytes=call.nbytes, group=instance.group)
+                    sim.tracer.collective(chip, call.axis, str(call.op), instance.names.get(rank, str(call.op)),
+                                          record.start, when, call.nbytes, instance.group)
                 instance.handles[rank].succeed(outputs[rank])
 
             env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)

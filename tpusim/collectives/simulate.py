@@ -16,6 +16,7 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.link_busy import LinkBusy, run_link_busy
 from tpusim.collectives.network import network_for
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
@@ -120,9 +121,10 @@ def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
 def simulate_collective(
     spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None,
     chip_slowdown: dict[int, float] | None = None, link_overrides: dict[int, LinkOverride] | None = None,
-    context: Context | None = None,
+    context: Context | None = None, link_busy: LinkBusy | None = None,
 ) -> CollectiveResult:
-    """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links."""
+    """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links (per link into
+    ``link_busy`` when given)."""
     n = mapping.shape[spec.axis]
     tensor = member_tensor(spec, n)
     sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown)
@@ -136,6 +138,9 @@ def simulate_collective(
 
     run_spmd(sim, runtime, program, lambda dev: ())
     elapsed = float(sim.now)
+    if link_busy is not None:
+        link_busy.seconds, link_busy.topology = run_link_busy(runtime, symmetric=False), mapping.topology
+        link_busy.scope = "the collective"
     notes: list[str] = []
     twin = network.twin(call)
     if twin is None:

@@ -80,7 +80,7 @@ class Catalog:
         """How messages name ``path``: relative to the catalog for its own files (``hardware/tpuv4.yaml``)."""
         try:
             return str(path.resolve().relative_to(data_root().resolve()))
-        except (ValueError, OSError):
+        except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
             from tpusim.config.loader import display_path
 
             return display_path(path)

@@ -31,6 +31,9 @@ __all__ = [
 ]
 
 Count = Annotated[int, Field(ge=1)]
+MAX_TRAFFIC_FACTOR = 1000.0
+"""Bound of the dimensionless traffic and slowdown factors (real ones are 0 to 3; docs/limits.md): beyond it a
+factor only serves to overflow times."""
 
 
 class ChipSpec(FrozenModel):
@@ -57,7 +60,7 @@ class ChipSpec(FrozenModel):
     """Elementwise operations per second of the vector units (None: vector work is never the bound)."""
     op_overhead: Seconds = 0.0
     """Fixed time of every compute op (GeMM, vector or attention kernel) on top of its compute or HBM time."""
-    dma_hbm_traffic: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    dma_hbm_traffic: float = Field(0.0, ge=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
     """HBM bytes charged per byte of collective DMA, taken from the bandwidth of the compute ops it overlaps
     (docs/chip.md#hbm-contention): 1 reads each byte sent once, writes each byte received once and charges a
     reduction its ``ici.reduction_passes``; 0 lets compute and DMA share HBM for free."""
@@ -123,7 +126,7 @@ class IciSpec(FrozenModel):
     step_overhead: Seconds = 0.0
     """Software synchronisation of every transfer (each chunk of each ring step or hop) on top of the hop
     latency; it holds the link, as the sender waits for the receiver's handshake before it sends."""
-    reduction_passes: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    reduction_passes: float = Field(0.0, ge=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
     """HBM bytes moved per byte a reduction adds (3: read two operands, write one), at the chip's HBM bandwidth;
     0: reductions cost nothing."""
     max_chunks: Count = 256
@@ -164,7 +167,7 @@ class HardwareProfile(FrozenModel):
     base: str | None = None
     """The profile this one was derived from (already merged in; kept for the record)."""
     chip: ChipSpec
-    overlap_slowdown: float = Field(1.0, ge=1.0, allow_inf_nan=False)
+    overlap_slowdown: float = Field(1.0, ge=1.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
     """MXU time multiplier while ICI DMA is active; 1.0 turns the effect off."""
     prefetch: Prefetch
     """The prefetch policy runs use unless told otherwise."""
@@ -196,7 +199,10 @@ def _shape_sides(shape: str) -> tuple[int, ...]:
 def _pairs(value: object) -> object:
     # a mapping in YAML, kept as sorted pairs so that a profile stays hashable
     if isinstance(value, dict):
-        return tuple(sorted(value.items()))
+        try:
+            return tuple(sorted(value.items()))
+        except TypeError:  # keys of mixed types: left in file order for validation to name the bad one
+            return tuple(value.items())
     return value
 
 

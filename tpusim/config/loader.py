@@ -8,7 +8,9 @@ seconds, FLOP/s) that accept either SI numbers or strings with units.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -20,6 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, Valida
 from pydantic_core import PydanticCustomError
 
 from tpusim.errors import ConfigError, closest
+from tpusim.limits import LimitError, exceeds, limit_of
 from tpusim.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
 
 __all__ = [
@@ -42,7 +45,7 @@ M = TypeVar("M", bound=BaseModel)
 class FrozenModel(BaseModel):
     """Base of every configuration model: unknown keys are errors and a loaded config never changes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 # ---------------------------------------------------------------------------------------------- problems
@@ -82,8 +85,27 @@ def render_problem(error: Any, label: str, shown: str) -> str:
 # ---------------------------------------------------------------------------------------------- quantities
 
 
-def _quantity(parse: Callable[[Any], float], what: str) -> BeforeValidator:
+# Physically meaningful ranges (docs/limits.md#hardware-profile-ranges): far outside any real device, yet tight
+# enough that a step time stays a finite float (1e-300 FLOP/s would make every time overflow to inf).
+MIN_FLOPS = 1e6
+"""FLOP/s: a 1980s CPU; every accelerator tpusim models runs 1e12 and more."""
+MIN_BANDWIDTH = 1.0
+"""B/s: any link or memory is more than a billion times faster."""
+MAX_SECONDS = 1.0
+"""A latency or fixed overhead: real ones are microseconds, the slowest software launch milliseconds."""
+
+
+def _quantity(parse: Callable[[Any], float], what: str, low: float | None = None, high: float | None = None,
+              unit: str = "") -> BeforeValidator:
     def check(value: Any) -> float:
+        number = _parsed(value)
+        if (low is not None and number < low) or (high is not None and number > high):
+            bound = f">= {low:g} {unit}" if low is not None else f"<= {high:g} {unit}"
+            message = f"{what} {value!r} is outside the range of any real device; valid: {bound}"
+            raise PydanticCustomError("quantity", "{message}", {"message": message})
+        return number
+
+    def _parsed(value: Any) -> float:
         # bool is an int subclass; the parsers reject it themselves with a clearer message.
         if not isinstance(value, str | int | float):
             message = f"{what} {value!r} must be a number or a string with a unit"
@@ -100,21 +122,69 @@ def _quantity(parse: Callable[[Any], float], what: str) -> BeforeValidator:
 Bytes = Annotated[float, _quantity(parse_size, "size")]
 """Bytes (> 0): a number, or a string such as ``"32 GiB"`` or ``"64MB"``."""
 
-BytesPerSecond = Annotated[float, _quantity(parse_bandwidth, "bandwidth")]
-"""Bytes per second (> 0): a number, or a string such as ``"45 GB/s"``."""
+BytesPerSecond = Annotated[float, _quantity(parse_bandwidth, "bandwidth", low=MIN_BANDWIDTH, unit="B/s")]
+"""Bytes per second (>= 1): a number, or a string such as ``"45 GB/s"``."""
 
-Seconds = Annotated[float, _quantity(parse_time, "time")]
-"""Seconds (>= 0): a number, or a string such as ``"1 us"``."""
+Seconds = Annotated[float, _quantity(parse_time, "time", high=MAX_SECONDS, unit="s")]
+"""Seconds (0 to 1): a number, or a string such as ``"1 us"``."""
 
-FlopsPerSecond = Annotated[float, _quantity(parse_flops, "compute rate")]
-"""FLOP per second (> 0): a number, or a string such as ``"275 TFLOP/s"``."""
+FlopsPerSecond = Annotated[float, _quantity(parse_flops, "compute rate", low=MIN_FLOPS, unit="FLOP/s")]
+"""FLOP per second (>= 1e6): a number, or a string such as ``"275 TFLOP/s"``."""
 
 
 # ---------------------------------------------------------------------------------------------- YAML
 
 
+MAX_YAML_DEPTH = 64
+"""Nesting of YAML collections allowed in a file: tpusim's own files nest 4 deep; PyYAML's composer recurses per
+level, so 100,000 brackets would otherwise end in RecursionError."""
+
+
+class _TooLarge(yaml.YAMLError):
+    """A YAML document refused while composing: nested too deep, or too many nodes once aliases are expanded."""
+
+    def __init__(self, message: str, mark: yaml.Mark | None, limit: bool) -> None:
+        super().__init__(message)
+        self.message, self.mark, self.limit = message, mark, limit
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``1e-6`` as a float (YAML 1.2) and refuses duplicate keys."""
+    """SafeLoader that reads ``1e-6`` as a float (YAML 1.2), refuses duplicate keys, nesting deeper than
+    ``MAX_YAML_DEPTH`` and documents whose alias-expanded size exceeds the ``yaml_nodes`` limit.
+
+    Aliases cost nothing while composing (an alias is the anchored node itself), but whatever walks the data
+    afterwards (validation, copying, hashing) sees every use in full: nine nested lists of nine aliases are 9**9
+    nodes from a few hundred bytes ("billion laughs"). So each node's expanded size (itself plus its children's,
+    an alias counting the full size of its anchor) is computed as it is composed and checked against the limit.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded: dict[int, int] = {}  # id of a composed node -> its size with aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        mark: yaml.Mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if id(node) not in self._expanded:
+                raise _TooLarge("an alias refers to a collection that contains it (a recursive alias)", mark, False)
+            return node
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _TooLarge(f"collections nested more than {MAX_YAML_DEPTH} deep; valid: at most {MAX_YAML_DEPTH} "
+                            "levels", mark, False)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        size = 1 + sum(self._expanded[id(child)] for child in _children(node))
+        self._expanded[id(node)] = size
+        too_many = exceeds("yaml_nodes", size)
+        if too_many is not None:
+            raise _TooLarge(f"the YAML expands to {size} nodes (aliases counted at every use), "
+                            f"which {too_many}", mark, True)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -135,6 +205,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _children(node: yaml.Node | None) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 # PyYAML follows YAML 1.1, where a float needs a dot: "5e-6" and "45e9" would silently become strings.
 _StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
@@ -148,7 +226,7 @@ def display_path(path: Path | str) -> str:
     path = Path(path)
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
         return str(path)
 
 
@@ -156,16 +234,13 @@ def load_yaml(path: Path | str, what: str = "YAML", shown: str | None = None) ->
     """The parsed content of a YAML file; ``what`` names the kind of file in the error (e.g. "experiment") and
     ``shown`` how to name the file (default: its path relative to the working folder)."""
     shown = shown if shown is not None else display_path(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"cannot read {what} file {shown!r}: not UTF-8 text") from None
+    text = _read_text(Path(path), what, shown)
     try:
         # _StrictLoader derives from SafeLoader, so no arbitrary Python objects are constructed.
         return yaml.load(text, Loader=_StrictLoader)
+    except _TooLarge as exc:
+        line = f":{exc.mark.line + 1}" if exc.mark is not None else ""
+        raise (LimitError if exc.limit else ConfigError)(f"{shown}{line}: {exc.message}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -173,6 +248,33 @@ def load_yaml(path: Path | str, what: str = "YAML", shown: str | None = None) ->
         raise ConfigError(f"{shown}{line}: YAML syntax error: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{shown}: YAML syntax error: {exc}") from None
+
+
+def _read_text(path: Path, what: str, shown: str) -> str:
+    """The file's text, read only if it is a regular file within the ``file_bytes`` limit: ``/dev/zero`` would
+    never end and a FIFO would block, so neither is read."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} file {shown!r}: {exc.strerror or exc}") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        reason = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
+        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}; valid: a YAML file")
+    with os.fdopen(descriptor, "rb") as handle:
+        try:
+            data = handle.read(limit_of("file_bytes") + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} file {shown!r}: {exc.strerror or exc}") from None
+    too_many = exceeds("file_bytes", len(data))
+    if too_many is not None:
+        raise LimitError(f"{what} file {shown!r} is larger than the limit: its size {too_many}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read {what} file {shown!r}: not UTF-8 text") from None
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

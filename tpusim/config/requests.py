@@ -27,6 +27,7 @@ from tpusim.config.hardware import HardwareProfile
 from tpusim.config.loader import FrozenModel, Problem, first_error, problem, render_problem
 from tpusim.config.model import TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
+from tpusim.limits import LimitError, exceeds, shorten
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
 from tpusim.vocabulary import Attention, Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
 
@@ -41,6 +42,9 @@ __all__ = [
     "TuneRequest",
     "parse_request",
 ]
+
+_FLOAT64_BYTES = 8
+_SHOWN_CHARACTERS = 40
 
 FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
 """The four feed-forward layers of a transformer block, in order; per-layer settings follow this order."""
@@ -60,6 +64,28 @@ def _count(value: Any) -> int:
         raise problem("must be an integer >= 1") from None
 
 
+_DIGITS_BEYOND_ANY_LIMIT = 19
+"""Digits of an integer that no limit reaches (limits are at most 2**63); longer text is refused before ``int``."""
+_BEYOND_ANY_LIMIT: int = 10**_DIGITS_BEYOND_ANY_LIMIT
+
+
+def _limited(name: str) -> Callable[[Any], int]:
+    """A count (integer >= 1) that must also be within the size limit ``name`` (tpusim.limits)."""
+
+    def check(value: Any) -> int:
+        text = str(value).strip() if isinstance(value, str) else ""
+        if text.isdigit() and len(text) > _DIGITS_BEYOND_ANY_LIMIT:
+            number = _BEYOND_ANY_LIMIT  # stands for any integer too long to convert (or to be a float)
+        else:
+            number = _count(value)
+        too_many = exceeds(name, number)
+        if too_many is not None:
+            raise problem(too_many, category="limit")
+        return number
+
+    return check
+
+
 def _index(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise problem("must be an integer >= 0")
@@ -77,7 +103,7 @@ def _positive(value: Any) -> float:
         raise problem("must be a finite number > 0")
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond any float
         raise problem("must be a finite number > 0") from None
     if not math.isfinite(number) or number <= 0:
         raise problem("must be a finite number > 0")
@@ -89,7 +115,7 @@ def _non_negative(value: Any) -> float:
         raise problem("must be a finite number >= 0")
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond any float
         raise problem("must be a finite number >= 0") from None
     if not math.isfinite(number) or number < 0:
         raise problem("must be a finite number >= 0")
@@ -148,10 +174,42 @@ def _mesh(value: Any) -> str:
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
         return f"{value[0]}x{value[1]}"
     match = _MESH.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None or int(match.group(1)) < 1 or int(match.group(2) or 1) < 1:
-        raise problem(f"mesh {value!r} is not a mesh shape; valid: 'RxC' with whole numbers >= 1 (e.g. '16x16'), "
-                      "one number N for an N x 1 mesh, or a pair (R, C)", style=Problem.PLAIN, category="topology")
-    return f"{int(match.group(1))}x{int(match.group(2) or 1)}"
+    if match is None or int(match.group(1)[:_DIGITS_BEYOND_ANY_LIMIT]) < 1 or int(
+            (match.group(2) or "1")[:_DIGITS_BEYOND_ANY_LIMIT]) < 1:
+        raise problem(f"mesh {shorten(repr(value), _SHOWN_CHARACTERS)} is not a mesh shape; valid: 'RxC' with "
+                      "whole numbers >= 1 (e.g. '16x16'), one number N for an N x 1 mesh, or a pair (R, C)",
+                      style=Problem.PLAIN, category="topology")
+    rows, cols = (_side(match.group(1)), _side(match.group(2) or "1"))
+    too_many = exceeds("chips", rows * cols)
+    if too_many is not None:
+        raise problem(f"mesh {shorten(value.strip())!r} has {_chips_text(rows * cols)} chips, which {too_many}",
+                      style=Problem.PLAIN, category="limit")
+    return f"{rows}x{cols}"
+
+
+def _side(digits: str) -> int:
+    """A side of a mesh or topology; one too long to convert stands as 10**19, beyond every limit."""
+    return _BEYOND_ANY_LIMIT if len(digits) > _DIGITS_BEYOND_ANY_LIMIT else int(digits)
+
+
+def _chips_text(chips: int) -> str:
+    return f"more than {_BEYOND_ANY_LIMIT:.0e}" if chips >= _BEYOND_ANY_LIMIT else str(chips)
+
+
+_TOPOLOGY_SIDES = re.compile(r"(?:[a-z0-9]+:)?(\d+(?:x\d+)*)")
+
+
+def _topology(value: Any) -> Any:
+    """A topology spec is parsed where it runs (its rules depend on the hardware); its chip count is checked
+    against the limit here, so that a sweep refuses it before any point runs."""
+    match = _TOPOLOGY_SIDES.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is not None:
+        chips = math.prod(_side(side) for side in match.group(1).split("x"))
+        too_many = exceeds("chips", chips)
+        if too_many is not None:
+            raise problem(f"topology {shorten(value.strip())!r} has {_chips_text(chips)} chips, which {too_many}",
+                          style=Problem.PLAIN, category="limit")
+    return value
 
 
 def _axis(value: Any) -> int:
@@ -208,6 +266,15 @@ def _overlap_limit(value: Any) -> int | str:
 
 UNLIMITED = "unlimited"
 Count = Annotated[int, BeforeValidator(_count), Field(json_schema_extra={"type": "integer", "minimum": 1})]
+
+
+_COUNT_SCHEMA = Field(json_schema_extra={"type": "integer", "minimum": 1})
+# counts with a size limit (tpusim.limits): the limit in force is read when a value is checked
+Chips = Annotated[int, BeforeValidator(_limited("chips")), _COUNT_SCHEMA]
+Chunks = Annotated[int, BeforeValidator(_limited("chunks")), _COUNT_SCHEMA]
+Slices = Annotated[int, BeforeValidator(_limited("slices")), _COUNT_SCHEMA]
+GemmDim = Annotated[int, BeforeValidator(_limited("gemm_dim")), _COUNT_SCHEMA]
+Topology = Annotated[str, BeforeValidator(_topology)]
 OverlapLimit = Annotated[int | str, BeforeValidator(_overlap_limit),
                          Field(json_schema_extra={"anyOf": [{"type": "integer", "minimum": 1}, {"const": UNLIMITED}]})]
 Index = Annotated[int, BeforeValidator(_index), Field(json_schema_extra={"type": "integer", "minimum": 0})]
@@ -292,8 +359,8 @@ class _OnMesh(Request):
     """A request placed on one logical mesh of the network, with optional what-if slowdowns."""
 
     mesh: Mesh = Field(description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d, fsdp)")
-    chips: Count | None = Field(None, description="chip count; optional, must equal R x C when given")
-    topology: str | None = Field(None, description="physical network: a slice of the hardware's generation "
+    chips: Chips | None = Field(None, description="chip count; optional, must equal R x C when given")
+    topology: Topology | None = Field(None, description="physical network: a slice of the hardware's generation "
                                  "(AxBxC on tpuv4), torus:AxB[xC] or mesh:AxB[xC] (default: the generation's "
                                  "slice for the chip count)")
     axis_map: str | None = Field(None, description="logical axes onto physical ones, e.g. 'x*y,z'")
@@ -325,7 +392,7 @@ class CollectiveRequest(_OnMesh):
     axis: Axis = Field(description="0: the R chips sharing a column index; 1: the C chips sharing a row index")
     bytes: Size = Field(description="the whole tensor of one group (all-gather, reduce-scatter, all-reduce, "
                         "all-to-all) or the message (broadcast, reduce, shift, send-recv), e.g. 64MB or 8MiB")
-    chunks: Count | None = Field(None, description="pipelined chunks per message (default: one on rings; for "
+    chunks: Chunks | None = Field(None, description="pipelined chunks per message (default: one on rings; for "
                                  "broadcast and reduce the count that minimises their closed form)")
     ring: RingName = Field(Ring.BIDIRECTIONAL, description="ring variant: bi (halves both ways) or uni")
     root: Index = Field(0, description="broadcast/reduce root; send-recv source rank")
@@ -346,10 +413,10 @@ class GemmRequest(_Algorithm):
 
     kind: Literal["gemm"] = "gemm"
     dataflow: DataflowName = Field(description="os: Y = X W; ls: Y = X W^T (W is [N,K]); rs: Y = X^T W (X is [K,M])")
-    m: Count = Field(description="output rows M")
-    n: Count = Field(description="output columns N")
-    k: Count = Field(description="contraction dimension K")
-    slices: Count | None = Field(None, description="MeshSlice slice count K")
+    m: GemmDim = Field(description="output rows M")
+    n: GemmDim = Field(description="output columns N")
+    k: GemmDim = Field(description="contraction dimension K")
+    slices: Slices | None = Field(None, description="MeshSlice slice count K")
     block: Count = Field(8, description="MeshSlice strided-slice run length")
     transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
     dtype: Dtype = Field("bf16", description="element type being timed")
@@ -360,13 +427,24 @@ class GemmRequest(_Algorithm):
     verify: Flag = Field(False, description="run real float64 data and report max_abs_error")
     seed: Index = Field(0, description="seed of the --verify operands")
 
+    @model_validator(mode="after")
+    def _verify_fits(self) -> Self:
+        if self.verify:
+            # float64 X [M,K], W [K,N] and the product Y [M,N] (tpusim.gemm.simulate)
+            operands = _FLOAT64_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
+            too_many = exceeds("verify_bytes", operands)
+            if too_many is not None:
+                raise problem(f"verify of M={self.m} N={self.n} K={self.k} needs {operands} bytes of operands, "
+                              f"which {too_many}; or drop --verify", style=Problem.PLAIN, category="limit")
+        return self
+
 
 class StepRequest(_Algorithm):
     """One training step of a model (``tpusim step``)."""
 
     kind: Literal["step"] = "step"
     model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
-    slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_count))] = Field(
+    slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_limited("slices")))] = Field(
         None, description="MeshSlice K: one for all four FF layers, or K1,K2,K3,K4 (default: the fastest per layer)")
     dataflows: Annotated[DataflowName | list[DataflowName] | None,
                          BeforeValidator(_per_layer(_choice(Dataflow)))] = Field(
@@ -397,10 +475,11 @@ class TuneRequest(Request):
 
     kind: Literal["tune"] = "tune"
     model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
-    chips: Count = Field(description="chip count P; every mesh R x C = P is considered")
+    chips: Chips = Field(description="chip count P; every mesh R x C = P is considered")
     algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
     batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
-    topology: str | None = Field(None, description="physical network (default: the TPUv4 slice for the chip count)")
+    topology: Topology | None = Field(None, description="physical network (default: the TPUv4 slice for the chip "
+                                      "count)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
                                           "profile's)")
     prefetch_window: PrefetchWindowField = 1
@@ -448,6 +527,7 @@ _CATEGORIES: MappingProxyType[str, type[UserError]] = MappingProxyType({
     "unknown_name": UnknownNameError,
     "topology": TopologyError,
     "infeasible": InfeasibleError,
+    "limit": LimitError,
 })
 
 
@@ -466,7 +546,8 @@ def parse_request(kind: type[Request], data: dict[str, Any], label: Callable[[st
     name = label(f"scale_{loc[1]}" if field == "scale" and len(loc) > 1 else field)
     if error["type"] == "tpusim":
         category = _CATEGORIES.get(error["ctx"]["category"], UserError)
-        raise category(render_problem(error, name, repr(error["input"])), error["ctx"]["suggestion"] or None)
+        shown = shorten(repr(error["input"]), _SHOWN_CHARACTERS)  # a 300-digit value stays one readable line
+        raise category(render_problem(error, name, shown), error["ctx"]["suggestion"] or None)
     if error["type"] == "extra_forbidden" and field == "scale":
         valid = sorted(f.alias or n for n, f in Scale.model_fields.items())
         guess = closest(loc[-1], valid)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,12 @@ class TimingCache:
             self.folder.mkdir(parents=True, exist_ok=True)
             entry = {"format": _FORMAT, "key": key, "digest": _digest(value), "value": value}
             write_atomic(self.folder / f"{key}.json", json.dumps(entry, sort_keys=True, allow_nan=False))
+
+    def adopt(self, entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Entries another process computed (and filed in ``folder`` already, when it shares it): memory only."""
+        if self.enabled:
+            for key, value in entries:
+                self._remember(key, value)
 
     def _remember(self, key: str, value: dict[str, Any]) -> None:
         self.memory[key] = value

@@ -1,59 +1,95 @@
-"""Where points run: in this process, on a local process pool, or on a Dask distributed cluster.
+"""Where points run: in this process, on local worker processes, or on a Dask distributed cluster.
 
 Every executor takes (index, point data) jobs and yields (index, outcome, wall seconds) as points finish,
 in whatever order they finish; the results files put them back in sweep order. Parallelism is across
-points, never inside one simulation.
+points, never inside one simulation. With a per-point timeout, even ``--jobs 1`` runs its point in a worker
+process (``tpusim.experiments.workers``), the only way to stop a point that is stuck anywhere, in Python or not.
+
+A Dask scheduler address is checked before anything runs (``tcp://HOST:PORT``), and the connection to it must
+succeed within ``DASK_CONNECT_TIMEOUT_S`` (or the ``connect_timeout`` given), however the service at that address
+behaves: one that is not a Dask scheduler may accept the connection and then say nothing.
 """
 
 from __future__ import annotations
 
 import importlib
-import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import os
+import socket
+import threading
+from collections.abc import Generator, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-from tpusim.engine.context import Context
 from tpusim.errors import UserError
-from tpusim.experiments.points import run_point
+from tpusim.experiments.jobs import Done, Job, run_job, timed_point
+from tpusim.experiments.workers import run_pool
 
-Job = tuple[int, dict[str, Any]]
-Done = tuple[int, dict[str, Any], float]
+__all__ = ["DASK_CONNECT_TIMEOUT_S", "Done", "Job", "check_scheduler_address", "run_dask", "run_inline", "run_local",
+           "timed_point", "worker_count"]
 
-
-def timed_point(point: dict[str, Any], cache: str | None) -> tuple[dict[str, Any], float]:
-    """Run one point in a context of its own (sharing only the disk cache folder, when one is named)."""
-    start = time.perf_counter()
-    outcome = run_point(point, Context.with_cache(cache))
-    return outcome, time.perf_counter() - start
+DASK_CONNECT_TIMEOUT_S = 10.0
+"""How long connecting to a Dask scheduler may take before the run gives up (``--connect-timeout``)."""
+SCHEDULER_SCHEMES = ("tcp",)
 
 
-def run_inline(jobs: Sequence[Job], cache: str | None) -> Iterator[Done]:
+def run_inline(jobs: Sequence[Job], cache: str | None) -> Generator[Done, None, None]:
     for index, point in jobs:
-        outcome, wall = timed_point(point, cache)
-        yield index, outcome, wall
+        yield run_job(index, point, cache)
 
 
-def run_local(jobs: Sequence[Job], workers: int, cache: str | None = None) -> Iterator[Done]:
-    """A process pool with ``workers`` processes (``--jobs``)."""
-    if workers <= 1:
-        yield from run_inline(jobs, cache)
-        return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(timed_point, point, cache): index for index, point in jobs}
+def run_local(jobs: Sequence[Job], workers: int, cache: str | None = None,
+              timeout: float | None = None) -> Generator[Done, None, None]:
+    """``workers`` worker processes (``--jobs``); in this process when there is one worker and no ``timeout``."""
+    if workers <= 1 and timeout is None:
+        return run_inline(jobs, cache)
+    return run_pool(jobs, workers, cache, timeout)
+
+
+def check_scheduler_address(scheduler: str) -> tuple[str, int]:
+    """The host and port of a Dask scheduler address ``tcp://HOST:PORT``, or a one-line error saying what is
+    wrong with it."""
+    valid = "valid: tcp://HOST:PORT, e.g. tcp://127.0.0.1:8786"
+    try:
+        parts = urlsplit(scheduler)
+        host, port = parts.hostname, parts.port
+    except ValueError as error:  # a port that is not a number, or out of range
+        raise UserError(f"--scheduler {scheduler!r} is not a scheduler address ({error}); {valid}") from None
+    if parts.scheme not in SCHEDULER_SCHEMES or not host or port is None or parts.path not in ("", "/"):
+        raise UserError(f"--scheduler {scheduler!r} is not a scheduler address; {valid}")
+    return host, port
+
+
+def _connect(Client: Any, scheduler: str, timeout: float) -> Any:
+    """A Dask client of ``scheduler``, connected within ``timeout`` seconds or a one-line error."""
+    host, port = check_scheduler_address(scheduler)
+    wait_more = "is it a Dask scheduler? (--connect-timeout sets the wait)"
+    try:  # first a plain connection, to say at once when nothing listens there
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise UserError(f"--scheduler {scheduler!r}: cannot connect ({reason})") from None
+    # A service that is not a Dask scheduler may accept the connection and never answer, and the client's own
+    # timeout does not cover that wait: the client is made in a thread the run stops waiting for.
+    made: dict[str, Any] = {}
+
+    def make() -> None:
         try:
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(finished, key=lambda f: pending[f]):
-                    index = pending.pop(future)
-                    outcome, wall = future.result()
-                    yield index, outcome, wall
-        finally:
-            for future in pending:
-                future.cancel()
+            made["client"] = Client(scheduler, timeout=f"{timeout}s")
+        except Exception as error:  # reported below, in the run's thread
+            made["error"] = error
+
+    maker = threading.Thread(target=make, name="tpusim-dask-connect", daemon=True)
+    maker.start()
+    maker.join(timeout)
+    if "client" in made:
+        return made["client"]
+    failure = made.get("error")
+    why = f"failed: {failure}" if failure is not None else f"no answer within {timeout:g} s"
+    raise UserError(f"--scheduler {scheduler!r}: no Dask scheduler connection ({why}); {wait_more}")
 
 
-def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int, cache: str | None = None) -> Iterator[Done]:
+def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int, cache: str | None = None,
+             connect_timeout: float = DASK_CONNECT_TIMEOUT_S) -> Generator[Done, None, None]:
     """A Dask distributed cluster at ``scheduler`` (``tcp://host:8786``), or a LocalCluster when None."""
     try:
         # dask's distributed has no type hints: its names are used through Any
@@ -67,17 +103,22 @@ def run_dask(jobs: Sequence[Job], scheduler: str | None, workers: int, cache: st
                                dashboard_address=None)
         client = Client(cluster)
     else:
-        try:
-            client = Client(scheduler, timeout="10s")
-        except OSError as error:
-            raise UserError(f"--scheduler {scheduler!r}: cannot reach the Dask scheduler ({error})") from None
+        client = _connect(Client, scheduler, connect_timeout)
     try:
-        futures = {client.submit(timed_point, point, cache, pure=False, key=f"tpusim-point-{index}"): index
-                   for index, point in jobs}
+        futures = [client.submit(run_job, index, point, cache, pure=False, key=f"tpusim-point-{index}")
+                   for index, point in jobs]
         for future in as_completed(futures):
-            outcome, wall = future.result()
-            yield futures[future], outcome, wall
+            yield future.result()
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def worker_count(jobs: int) -> tuple[int, str | None]:
+    """How many local worker processes ``--jobs jobs`` runs: at most one per CPU of this machine; with the note
+    that says so when fewer than asked."""
+    cpus = os.cpu_count() or 1
+    if jobs > cpus:
+        return cpus, f"--jobs {jobs} is more than this machine's {cpus} CPUs; ran {cpus} worker processes"
+    return jobs, None

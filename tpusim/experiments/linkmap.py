@@ -39,6 +39,9 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 DPI = 120
+TITLE_SIZE = 13.0  # points
+CHAR_WIDTH_EM = 0.6  # average width of a character of the text under the panels, in multiples of its size
+TITLE_SPACING = 1.2  # line height of the title, in multiples of its font size
 IDLE_COLOUR = "#d4d4d4"
 CHIP_COLOUR = "#505050"  # labelled chips: dark, so their white ids read
 SMALL_CHIP_COLOUR = "#9a9a9a"  # unlabelled chips: lighter, so on a pod the dark (busiest) arrows stand out
@@ -53,12 +56,14 @@ LANE = 0.13  # sideways offset of an arrow from the line joining its chips
 SHAFT_HALF = 0.045
 HEAD_HALF = 0.09
 HEAD_LENGTH = 0.17
-MARKER_HALF_WIDTH = 0.095
-MARKER_HALF_HEIGHT = 0.085
-# Centres of the +normal and -normal triangles relative to their chip: the lower left of the square between
-# four chips, which no in-plane arrow enters, clear of the chip's own up and left arrows.
-MARKER_PLUS = (0.36, 0.40)
-MARKER_MINUS = (0.57, 0.40)
+# The triangles fill most of the free square between four chips: on a pod they are a few pixels wide and are often
+# the busiest links (a logical axis on the panel normal), so they must not be the hardest shapes to see.
+MARKER_HALF_WIDTH = 0.12
+MARKER_HALF_HEIGHT = 0.11
+# Centres of the +normal and -normal triangles relative to their chip: side by side in the square between it and
+# its up-right neighbours, which no in-plane arrow enters (arrows keep within 0.22 of the chips' grid lines).
+MARKER_PLUS = (0.36, 0.45)
+MARKER_MINUS = (0.63, 0.45)
 MARGIN = 0.8  # panel limits beyond the outer chips, room for stubs and the top row's markers
 
 
@@ -397,13 +402,16 @@ def _figure(topology: PhysicalTopology, layout: _Layout, values: FloatArray, lin
     shapes = _link_shapes(topology, layout, coords)
     sizes = _sizes(layout)
 
-    left, right_pad, colourbar_room, top_room = 0.55, 0.25, 1.35, 0.75
+    left, right_pad, colourbar_room = 0.55, 0.25, 1.35
+    # room for every line of the title above the panels' own titles
+    top_room = 0.55 + (title.count("\n") + 1) * TITLE_SIZE * TITLE_SPACING / 72
     gap_across, gap_up = 0.35, 0.6
     grid_width = sizes.columns * sizes.panel_width + (sizes.columns - 1) * gap_across
     grid_height = sizes.rows * sizes.panel_height + (sizes.rows - 1) * gap_up
     width = max(left + grid_width + colourbar_room + right_pad, 6.0)
     font = 9.0
-    chars = max(60, int((width - 0.4) * 72 / (0.52 * font)))
+    # a digit or a parenthesis is about 0.6 em wide in the default sans font; the summary lines are full of them
+    chars = max(60, int((width - 0.4) * 72 / (CHAR_WIDTH_EM * font)))
     summary = _summary(topology, values)
     key = textwrap.wrap(_key_text(topology, layout), chars)
     listing = ["Busiest links:", *lines] if lines else []
@@ -416,7 +424,8 @@ def _figure(topology: PhysicalTopology, layout: _Layout, values: FloatArray, lin
 
     figure = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(figure)
-    figure.suptitle(title, x=left / width, y=1 - 0.2 / height, ha="left", va="top", fontsize=13)
+    figure.suptitle(title, x=left / width, y=1 - 0.2 / height, ha="left", va="top", fontsize=TITLE_SIZE,
+                    linespacing=TITLE_SPACING)
     scale = sizes.cell * 72
     names = topology.axis_names
     for plane in range(layout.planes):
@@ -451,16 +460,18 @@ def _summary(topology: PhysicalTopology, values: FloatArray) -> str:
     busy = values > 0
     if not busy.any():
         return f"No link was busy ({len(values)} directed links)."
-    # Per direction counts say at a glance which way traffic flowed, where a pod's arrows are only pixels wide.
+    # Per direction counts and fractions say which way traffic flowed, where a pod's arrows are only pixels wide.
     directions = []
     for axis, name in enumerate(topology.axis_names):
         for sign, mark in ((1, "+"), (-1, "-")):
             mine = (topology.link_axis == axis) & (topology.link_sign == sign)
             if mine.any():
-                directions.append(f"{mark}{name} {int((busy & mine).sum())}/{int(mine.sum())}")
+                directions.append(f"{mark}{name} {int((busy & mine).sum())}/{int(mine.sum())} "
+                                  f"({100 * values[mine].mean():.1f}%, {100 * values[mine].max():.1f}%)")
     return (
         f"{int(busy.sum())} of {len(values)} directed links busy; busiest {100 * values.max():.1f}%, "
-        f"mean over busy links {100 * values[busy].mean():.1f}%. Busy by direction: {', '.join(directions)}."
+        f"mean over busy links {100 * values[busy].mean():.1f}%. By direction, busy links (mean, busiest): "
+        f"{', '.join(directions)}."
     )
 
 

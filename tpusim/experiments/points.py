@@ -1,9 +1,7 @@
-"""Running one experiment point: the point's request goes to its runner; a flat row comes back.
+"""Running one experiment point: the point's request goes to its runner; its result comes back as plain data.
 
-A row holds the point's identity (index, the settings that vary) and the headline numbers of its result; the
-full result (breakdowns, mapping, notes) goes to ``results.json``. A point that is infeasible or otherwise a
-user error still produces a row, with its ``error`` column saying why, so one bad corner of a sweep does not
-lose the rest.
+A point that is infeasible or otherwise a user error still produces an outcome, with its ``error`` saying why,
+so one bad corner of a sweep does not lose the rest (its row of results.csv: ``tpusim.experiments.rows``).
 """
 
 from __future__ import annotations
@@ -18,9 +16,6 @@ from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
 from tpusim.errors import UserError
 from tpusim.experiments.runners import RUNNERS, request_hardware
-
-HEADLINE = ("step_time_s", "time_s", "analytic_time_s", "mfu", "compute_s", "exposed_comm_s", "idle_s",
-            "memory_feasible", "feasible", "fidelity", "mesh", "slices", "dataflows", "evaluated", "simulated")
 
 _POINT: TypeAdapter[Point] = TypeAdapter(Point)
 
@@ -48,22 +43,3 @@ def run_point(point_data: dict[str, Any], context: Context | None = None) -> dic
         result, error = {}, failure.message
     return {"result": result, "error": error}
 
-
-def row_of(index: int, point: Point, varying: list[str], outcome: dict[str, Any]) -> dict[str, Any]:
-    """The CSV row: index, the varying settings, the headline numbers, the error if any."""
-    data = point.model_dump(by_alias=True)
-    row: dict[str, Any] = {"index": index}
-    for key in varying:
-        node: Any = data
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        row[key] = node
-    result = outcome["result"]
-    best = result.get("best") if isinstance(result.get("best"), dict) else None
-    for key in HEADLINE:
-        if key in result:
-            row[key] = result[key]
-        elif best is not None and key in best:
-            row[key] = best[key]
-    row["error"] = outcome["error"] or ""
-    return row

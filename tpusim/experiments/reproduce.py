@@ -4,18 +4,23 @@ Family ``X`` runs the packaged experiment ``X`` (``tpusim/data/experiments/X/exp
 ``DIR/X/`` (results.csv, results.json, run_meta.json) and writes ``DIR/X/X.csv`` and ``DIR/X/X.png``.
 ``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on
 symmetric fidelity, layer extrapolation, caching and analytic pruning; without it, tune points search
-exhaustively.
+exhaustively. ``redraw`` simulates nothing: it rebuilds ``X.csv`` and ``X.png`` from the ``results.json`` an
+earlier run left in ``DIR/X/`` (to restyle a figure without re-running hours of tuning).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tpusim.engine.atomic import write_atomic
+from tpusim.errors import UserError
 from tpusim.experiments.families import family_names, get_family
+from tpusim.experiments.interrupts import RunInterrupted
 from tpusim.experiments.results import check_output_dir, render_csv
 from tpusim.experiments.run import run_experiment
 from tpusim.experiments.spec import load_experiment
@@ -30,37 +35,80 @@ class FamilyOutput:
     rows: list[dict[str, Any]]
 
 
+def _stored_run(folder: Path, family: str, hardware: str | None) -> tuple[list[dict[str, Any]], str]:
+    """The finished points of an earlier run of ``family`` in ``folder`` and the profile they ran on."""
+    path = folder / "results.json"
+    again = f"run 'tpusim reproduce {family} --out {folder.parent}' first"
+    try:
+        stored = json.loads(path.read_text())
+        profile = _profile_name(stored["experiment"]["point"]["hardware"])
+        entries, finished, total = stored["points"], stored["points_finished"], stored["points_total"]
+    except FileNotFoundError:
+        raise UserError(f"--redraw: {str(path)!r} does not exist; {again}") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"--redraw: {str(path)!r} is not a tpusim results file ({error}); {again}") from None
+    if finished != total:
+        raise UserError(f"--redraw: {str(path)!r} holds {finished} of {total} points; {again}")
+    if hardware is not None and hardware != profile:
+        raise UserError(f"--redraw --hardware {hardware!r}: the stored {family} run is on {profile!r}; redraw "
+                        "draws what was run, so leave out --hardware or give that profile")
+    return entries, profile
+
+
 def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str | None = None,
-              jobs: int = 1, cache: Path | str | None = None) -> list[FamilyOutput]:
-    """Run family ``name`` (or ``all``) into ``out``."""
+              jobs: int = 1, cache: Path | str | None = None, redraw: bool = False,
+              progress: Callable[[str, int, int], None] | None = None) -> list[FamilyOutput]:
+    """Run family ``name`` (or ``all``) into ``out``; with ``redraw``, only draw its table and figure again from
+    the results an earlier run stored there. ``progress`` hears (family, points done, points in all) as each
+    point of a family finishes."""
     names = family_names() if name == "all" else [get_family(name).name]
-    if hardware is not None:
+    if hardware is not None and not redraw:
         load_hardware(hardware)  # fail on a bad name before anything runs
     out_dir = Path(out)
     check_output_dir(out_dir)
     outputs = []
     for family_name in names:
         family = get_family(family_name)
-        experiment = load_experiment(family_name)
-        point = experiment.point
-        updates: dict[str, Any] = {}
-        if hardware is not None:
-            updates["hardware"] = hardware
-        if not quick and point.kind == "tune" and "exhaustive" not in experiment.sweep.grid:
-            updates["exhaustive"] = True
-        if updates:
-            experiment = experiment.model_copy(update={"point": point.model_copy(update=updates)})
         folder = out_dir / family_name
-        run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache)
-        entries = json.loads((folder / "results.json").read_text())["points"]
+        if redraw:
+            entries, profile = _stored_run(folder, family_name, hardware)
+        else:
+            entries, profile = _run(family_name, folder, quick=quick, hardware=hardware, jobs=jobs, cache=cache,
+                                    progress=progress)
         rows = family.table(entries)
         csv_path = folder / f"{family_name}.csv"
         png_path = folder / f"{family_name}.png"
         write_atomic(csv_path, render_csv(rows, list(rows[0]) if rows else []))
-        profile = hardware or point.hardware
         family.plot(rows, png_path, f"{family.title} [{profile}]")
         outputs.append(FamilyOutput(family_name, csv_path, png_path, rows))
     return outputs
+
+
+def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: int, cache: Path | str | None,
+         progress: Callable[[str, int, int], None] | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Run ``family``'s packaged experiment into ``folder``: its finished points and the profile they ran on."""
+    experiment = load_experiment(family)
+    point = experiment.point
+    updates: dict[str, Any] = {}
+    if hardware is not None:
+        updates["hardware"] = hardware
+    if not quick and point.kind == "tune" and "exhaustive" not in experiment.sweep.grid:
+        updates["exhaustive"] = True
+    if updates:
+        experiment = experiment.model_copy(update={"point": point.model_copy(update=updates)})
+    try:
+        points = None if progress is None else partial(progress, family)
+        run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache, progress=points)
+    except RunInterrupted as stop:  # reproduce has no --resume: say what does go on
+        raise RunInterrupted(stop.what, stop.signum, "run the same command again to run the family anew") from None
+    return json.loads((folder / "results.json").read_text())["points"], _profile_name(hardware or point.hardware)
+
+
+def _profile_name(hardware: Any) -> str:
+    """How a figure's title names the profile of a point's ``hardware`` (a name, a path or an inline profile)."""
+    if isinstance(hardware, dict):
+        return str(hardware.get("name", "inline profile"))
+    return str(getattr(hardware, "name", hardware))
 
 
 def headline_table(rows: list[dict[str, Any]]) -> str:

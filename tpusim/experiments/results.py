@@ -11,21 +11,23 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import tpusim
 from tpusim.engine.atomic import write_atomic
 from tpusim.errors import OutputPathError
+from tpusim.experiments.rows import row_of
 
 
 def check_output_dir(out: Path) -> None:
-    """Fail before any simulation if ``out`` cannot hold the results."""
-    if out.exists() and not out.is_dir():
-        raise OutputPathError(f"output path {str(out)!r} is a file; give a folder (it is created if missing)")
+    """Fail before any simulation if ``out`` cannot hold the results (a name too long is one way)."""
     try:
+        if out.exists() and not out.is_dir():
+            raise OutputPathError(f"output path {str(out)!r} is a file; give a folder (it is created if missing)")
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".tpusim-write-test"
+        probe = out / f".tpusim-write-test.{os.getpid()}"  # this process's own: runs may start side by side
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -44,7 +46,7 @@ def _wall_times(meta: Path) -> dict[int, float]:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, list | dict):
-        return json.dumps(value, sort_keys=True)
+        return json.dumps(value, sort_keys=True, allow_nan=False)
     if isinstance(value, float):
         return repr(value)
     return value
@@ -111,10 +113,14 @@ class ResultsFiles:
         for number, entry in enumerate(entries):
             index = entry.get("index") if isinstance(entry, dict) else None
             if (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.total
-                    or not isinstance(entry.get("row"), dict) or index in self.points):
+                    or not isinstance(entry.get("row"), dict) or not isinstance(entry.get("point"), dict)
+                    or not isinstance(entry.get("result") or {}, dict) or index in self.points):
                 raise OutputPathError(
                     f"{path!r}: finished point #{number} is malformed (its 'index' must be a distinct integer in "
-                    f"0..{self.total - 1} and its 'row' an object); it cannot be resumed (use another --out folder)")
+                    f"0..{self.total - 1}, its 'row' and 'point' objects); it cannot be resumed (use another --out "
+                    "folder)")
+            # rebuilt from the point and its result, so a folder written by an earlier version gets today's columns
+            entry["row"] = row_of(index, entry["point"], entry, self.columns)
             self.points[index] = entry
             self.rows[index] = entry["row"]
         self.wall = _wall_times(self.out / "run_meta.json")
@@ -124,6 +130,8 @@ class ResultsFiles:
             row: dict[str, Any], wall_s: float) -> None:
         self.points[index] = {"index": index, "point_hash": point_hash, "point": settings, "row": row,
                               "error": outcome["error"], "result": outcome["result"]}
+        if outcome.get("stopped"):  # stopped before it finished (--timeout): --resume runs it again
+            self.points[index]["stopped"] = True
         self.rows[index] = row
         self.wall[index] = wall_s
         self.flush()
@@ -139,7 +147,7 @@ class ResultsFiles:
             "points_finished": len(order),
             "points": [self.points[i] for i in order],
         }
-        write_atomic(self.out / "results.json", json.dumps(document, sort_keys=True, indent=1, allow_nan=True))
+        write_atomic(self.out / "results.json", json.dumps(document, sort_keys=True, indent=1, allow_nan=False))
         run_meta = {"point_wall_s": {str(i): self.wall[i] for i in sorted(self.wall)}}
         run_meta.update(meta or {})
-        write_atomic(self.out / "run_meta.json", json.dumps(run_meta, sort_keys=True, indent=1))
+        write_atomic(self.out / "run_meta.json", json.dumps(run_meta, sort_keys=True, indent=1, allow_nan=False))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
@@ -28,20 +29,21 @@ from tpusim.config.requests import (
 from tpusim.engine.context import Context
 from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer
-from tpusim.errors import InfeasibleError
-from tpusim.gemm.dataflow import GemmProblem
-from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import get_algorithm
-from tpusim.gemm.simulate import GemmResult, simulate_gemm
+from tpusim.errors import InfeasibleError, UserError
+from tpusim.experiments.finite import finite_result
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
-from tpusim.model.memory import plan_memory
-from tpusim.model.program import prefetch_budget
-from tpusim.model.registry import load_model
-from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
-from tpusim.tuning.result import TuneResult
 from tpusim.units import parse_size
 from tpusim.vocabulary import Dataflow, Prefetch
+
+if TYPE_CHECKING:
+    from tpusim.collectives.link_busy import LinkBusy
+    from tpusim.gemm.simulate import GemmResult
+    from tpusim.model.step import StepResult
+    from tpusim.tuning.result import TuneResult
+
+# The GeMM, model and tuning layers are imported by the runners that use them, so that a collective (the
+# command line's smallest request) starts without them.
 
 __all__ = ["RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_request", "run_step", "run_tune"]
 
@@ -71,6 +73,8 @@ def request_hardware(request: Request, context: Context | None = None) -> Hardwa
 def model_of(model: str | TransformerModel, context: Context | None = None) -> TransformerModel:
     if not isinstance(model, str):
         return model
+    from tpusim.model.registry import load_model
+
     return load_model(model) if context is None else context.loaded("model", model, load_model)
 
 
@@ -84,27 +88,46 @@ def _prefetch(hardware: HardwareProfile, prefetch: Prefetch | None) -> Prefetch:
     return prefetch if prefetch is not None else hardware.prefetch
 
 
+def _check_links(profile: HardwareProfile, mapping: MeshMapping, link_busy: LinkBusy | None) -> None:
+    """Link busy times need directed links: refuse before simulating on an abstract calibrated network."""
+    if link_busy is not None and mapping.topology is None:
+        raise UserError(f"--link-map: hardware {profile.name!r} is an abstract calibrated network without "
+                        "directed links; use a physical profile (e.g. tpuv4, see 'tpusim list hardware')")
+
+
+@finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)
 def run_collective(request: CollectiveRequest, context: Context | None = None,
-                   tracer: Tracer | None = None) -> CollectiveResult:
-    """One collective on every group of ``request.axis``."""
+                   tracer: Tracer | None = None, link_busy: LinkBusy | None = None) -> CollectiveResult:
+    """One collective on every group of ``request.axis`` (its per-link busy seconds into ``link_busy``)."""
     profile, mapping = _placed(request, context)
+    _check_links(profile, mapping, link_busy)
     spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks or 0,
                           request.root, request.offset)
     return simulate_collective(spec, profile, mapping, tracer=tracer,
                                chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
                                link_overrides=parse_slow_links(request.slow_links, mapping) or None,
-                               context=context)
+                               context=context, link_busy=link_busy)
 
 
-def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Tracer | None = None) -> GemmResult:
-    """One distributed GeMM (optionally verified against the dense product, optionally traced)."""
+@finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)
+def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Tracer | None = None,
+             link_busy: LinkBusy | None = None) -> GemmResult:
+    """One distributed GeMM (optionally verified against the dense product, optionally traced, its per-link busy
+    seconds into ``link_busy``)."""
+    from tpusim.gemm.dataflow import GemmProblem
+    from tpusim.gemm.params import GemmParams
+    from tpusim.gemm.registry import get_algorithm
+    from tpusim.gemm.simulate import simulate_gemm
+
     name = get_algorithm(request.algorithm).name
     profile, mapping = _placed(request, context)
+    _check_links(profile, mapping, link_busy)
+    _check_tracer(tracer, mapping)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
     result = simulate_gemm(problem, name, params, profile, mapping, verify=request.verify, seed=request.seed,
-                           tracer=tracer, fidelity=request.fidelity, context=context)
+                           tracer=tracer, fidelity=request.fidelity, context=context, link_busy=link_busy)
     if request.compat_mean_overlap:
         result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
     return result
@@ -118,10 +141,21 @@ def _per_layer(value: Any) -> tuple[Any, ...] | None:
     return tuple(values * len(FF_LAYERS) if len(values) == 1 else values)
 
 
-def run_step(request: StepRequest, context: Context | None = None) -> StepResult:
-    """One training step."""
+@finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)
+def run_step(request: StepRequest, context: Context | None = None, link_busy: LinkBusy | None = None,
+             tracer: Tracer | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> StepResult:
+    """One training step (its per-link busy seconds over the whole step into ``link_busy``; a run of its simulated
+    window into ``tracer``, docs/results.md#traces). ``progress`` hears (what, done, in all): each FF layer's
+    slice count chosen, then the step simulated."""
+    from tpusim.gemm.registry import get_algorithm
+    from tpusim.model.memory import plan_memory
+    from tpusim.model.program import prefetch_budget
+    from tpusim.model.step import StepSpec, simulate_step
+
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
+    _check_links(profile, mapping, link_busy)
+    _check_tracer(tracer, mapping)
     algorithm = get_algorithm(request.algorithm)
     slices = _per_layer(request.slices)
     if slices is not None and not algorithm.uses_slices:
@@ -145,17 +179,34 @@ def run_step(request: StepRequest, context: Context | None = None) -> StepResult
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
 
-        spec = replace(spec, slices=best_slices(spec, profile, mapping, context))
-    return simulate_step(spec, profile, mapping,
-                         chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                         link_overrides=parse_slow_links(request.slow_links, mapping) or None, context=context)
+        chosen = None if progress is None else partial(progress, "choosing slice counts per layer")
+        spec = replace(spec, slices=best_slices(spec, profile, mapping, context, chosen))
+    if progress is not None:
+        progress("simulating the step", 0, 1)
+    result = simulate_step(spec, profile, mapping,
+                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
+                           link_overrides=parse_slow_links(request.slow_links, mapping) or None, context=context,
+                           link_busy=link_busy, tracer=tracer)
+    if progress is not None:
+        progress("simulating the step", 1, 1)
+    return result
 
 
+@finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)
 def run_tune(request: TuneRequest, context: Context | None = None,
-             progress: Callable[[str], None] | None = None) -> TuneResult:
+             progress: Callable[[str], None] | None = None, tracer: Tracer | None = None, *,
+             stages: Callable[[int, int], None] | None = None, jobs: int = 1) -> TuneResult:
     """Search mesh shape, per-layer dataflow, transposition and slice count for the fastest step; ``progress``
-    hears each stage of the search."""
+    hears each stage of the search, ``stages`` (done, in all) as each ends. With ``tracer``, the best choice is
+    simulated once more as a step, traced. ``jobs`` worker processes simulate (at most one per CPU; the result is
+    the same as with one, plus a note when capped)."""
+    from tpusim.experiments.executors import worker_count
+    from tpusim.gemm.registry import get_algorithm
     from tpusim.tuning.search import TuneSpec, tune
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    workers, capped = worker_count(jobs)
 
     spec = TuneSpec(
         model=model_of(request.model, context), hardware=request_hardware(request, context),
@@ -168,7 +219,52 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,
     )
-    return tune(spec, context=context, progress=progress)
+    if tracer is not None:
+        from tpusim.experiments.tracing import check_trace_chips
+
+        check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
+    result = tune(spec, context=context, progress=progress, stages=stages, jobs=workers)
+    if capped is not None:
+        result.notes.append(capped)
+    if tracer is not None:
+        _trace_best(request, result, tracer, context)
+    return result
+
+
+def _check_tracer(tracer: Tracer | None, mapping: MeshMapping) -> None:
+    """Traced chips must exist on the mesh; the trace names chips by their mesh coordinates."""
+    if tracer is None:
+        return
+    from tpusim.experiments.tracing import check_trace_chips
+
+    rows, cols = mapping.shape
+    check_trace_chips(tracer, mapping.num_chips, f"{rows}x{cols}")
+    tracer.name_chips(mapping)
+
+
+def _trace_best(request: TuneRequest, result: TuneResult, tracer: Tracer, context: Context | None) -> None:
+    """Simulate the tuner's best choice once more as a step, into ``tracer``; say so in ``result.notes``."""
+    from tpusim.units import format_time
+
+    best = result.best
+    step = parse_request(StepRequest, {
+        "hardware": request.hardware, "scale": request.scale, "multi_axis": request.multi_axis,
+        "overlap_limit": request.overlap_limit, "model": request.model, "chips": request.chips, "mesh": best.mesh,
+        "topology": request.topology, "algorithm": request.algorithm, "prefetch": request.prefetch,
+        "prefetch_window": request.prefetch_window, "prefetch_budget": request.prefetch_budget,
+        "batch": result.batch, "recompute": result.recompute, "microbatches": result.microbatches,
+        "attention": request.attention, "fidelity": request.fidelity, "bytes_per_param": request.bytes_per_param,
+        "ignore_memory": request.ignore_memory, "allow_infeasible": request.allow_infeasible,
+        "dataflows": best.dataflows, "transposes": best.transposes,
+        "slices": None if None in best.slices else best.slices,
+    })
+    assert isinstance(step, StepRequest)
+    traced = run_step(step, context, tracer=tracer)
+    same = abs(traced.step_time_s - best.step_time_s) <= 1e-9 * best.step_time_s
+    result.notes.append(f"trace of the best choice ({best.mesh}): its step simulated again, "
+                        f"{format_time(traced.step_time_s)}"
+                        + (" as in the search" if same else f" (the search: {format_time(best.step_time_s)})"))
+    result.notes += [text for text in traced.notes if text.startswith("trace")]
 
 
 Runner = Callable[[Any, Context | None], Any]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from tpusim.config.catalog import EXPERIMENTS
 from tpusim.config.loader import load_yaml, validate
 from tpusim.config.requests import REQUESTS
 from tpusim.errors import ConfigError, UserError
+from tpusim.limits import LimitError, exceeds
 
 
 def load_experiment(name_or_path: Path | str) -> Experiment:
@@ -63,7 +65,7 @@ def _kind_fields(kind: str) -> set[str]:
 def _point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """``base`` with the dotted ``overrides`` laid over it. Where they change the kind, the base's keys the new
     kind does not have are dropped (keys the overrides write themselves must belong to the new kind)."""
-    point: dict[str, Any] = json.loads(json.dumps(base))
+    point: dict[str, Any] = json.loads(json.dumps(base, allow_nan=False))
     kind = overrides.get("kind", point.get("kind", "step"))
     if kind != point.get("kind", "step"):
         own = _kind_fields(str(kind))
@@ -73,12 +75,31 @@ def _point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict
     return point
 
 
-def expand(experiment: Experiment, source: str = "experiment") -> list[Point]:
-    """The sweep's points in order: the grid's product (last key fastest), minus exclude, plus include."""
+def planned_points(experiment: Experiment) -> int:
+    """How many points the sweep names before ``exclude`` removes any: the product of the grid's list lengths
+    plus the include list (computed without building a point)."""
+    sweep = experiment.sweep
+    grid = math.prod(len(values) for values in sweep.grid.values()) if sweep.grid or not sweep.include else 0
+    return grid + len(sweep.include)
+
+
+def expand(experiment: Experiment, source: str = "experiment", max_points: int | None = None) -> list[Point]:
+    """The sweep's points in order: the grid's product (last key fastest), minus exclude, plus include.
+
+    Its size is checked before any point is built: against the ``sweep_points`` limit always, and against
+    ``max_points`` when given (the caller passes the file's unless told to run large sweeps)."""
+    sweep = experiment.sweep
+    planned = planned_points(experiment)
+    counted = f"{planned} points{' before exclude' if sweep.exclude else ''}"
+    too_many = exceeds("sweep_points", planned)
+    if too_many is not None:
+        raise LimitError(f"{source}: the sweep has {counted}, which {too_many}")
+    if max_points is not None and planned > max_points:
+        raise UserError(f"{source}: the sweep has {counted}, above its max_points of {max_points}; rerun with "
+                        "--yes to run them all")
     # only what the file sets: a grid or include that changes the kind then carries no other kind's defaults
     base = experiment.point.model_dump(by_alias=True, exclude_unset=True)
     base["kind"] = experiment.point.kind
-    sweep = experiment.sweep
     keys = list(sweep.grid)
     # with no grid, an include list is the whole sweep (the base point alone is not run as well)
     grid = itertools.product(*(sweep.grid[k] for k in keys)) if keys or not sweep.include else iter(())
@@ -100,7 +121,7 @@ def expand(experiment: Experiment, source: str = "experiment") -> list[Point]:
 
 def canonical(data: Any) -> str:
     """Deterministic JSON text (sorted keys) used for hashing and for result files."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def point_hash(point: Point) -> str:

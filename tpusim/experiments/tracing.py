@@ -8,14 +8,15 @@ from typing import Any
 from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
 from tpusim.errors import UserError
 
-__all__ = ["finish_trace", "start_trace"]
+__all__ = ["check_trace_chips", "finish_trace", "start_trace"]
 
 
-def start_trace(path: str | Path | None, chips: str | None) -> Tracer | None:
-    """A tracer for ``path`` (None: no trace), recording only ``chips`` (e.g. ``"0,3,5-7"``) when given."""
+def start_trace(path: str | Path | None, chips: str | None, flag: str = "--trace") -> Tracer | None:
+    """A tracer for ``path`` (None: no trace), recording only ``chips`` (e.g. ``"0,3,5-7"``) when given; ``flag``
+    is the option that names the file."""
     if path is None:
         if chips:
-            raise UserError(f"trace chips {chips!r} need a trace file (--trace FILE)")
+            raise UserError(f"trace chips {chips!r} need a trace file ({flag} FILE)")
         return None
     check_trace_path(Path(path))
     try:
@@ -24,8 +25,17 @@ def start_trace(path: str | Path | None, chips: str | None) -> Tracer | None:
         raise UserError(f"trace chips: {error}") from None
 
 
+def check_trace_chips(tracer: Tracer | None, chips: int, mesh: str) -> None:
+    """Refuse, before simulating, traced chips the mesh of ``chips`` chips does not have."""
+    if tracer is None or not tracer.chips:
+        return
+    missing = max(tracer.chips)
+    if missing >= chips:
+        raise UserError(f"trace chips: chip {missing} does not exist on the {mesh} mesh; valid: 0-{chips - 1}")
+
+
 def finish_trace(tracer: Tracer | None, path: str | Path | None, result: Any) -> None:
-    """Write the trace and say so in the result's notes."""
+    """Write the trace (atomically: a whole file or none) and say so in the result's notes."""
     if tracer is None or path is None:
         return
     tracer.write(Path(path))

@@ -15,6 +15,7 @@ import numpy as np
 
 from tpusim.collectives.accounting import account
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.link_busy import LinkBusy, run_link_busy
 from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
@@ -56,10 +57,11 @@ class GemmResult(ResultMixin):
     fidelity: str
     time_s: float
     analytic_time_s: float | None
-    compute_s: float
-    exposed_comm_s: float
-    idle_s: float
-    hbm_stall_s: float
+    compute_s: float | None
+    """None (null in JSON) where nothing was simulated: under fidelity analytic the closed form has no breakdown."""
+    exposed_comm_s: float | None
+    idle_s: float | None
+    hbm_stall_s: float | None
     flops_per_chip: float
     bytes_sent: float | None
     max_link_bytes: float | None
@@ -105,13 +107,15 @@ def simulate_gemm(
     tracer: Tracer | None = None,
     fidelity: Fidelity = Fidelity.FULL,
     context: Context | None = None,
+    link_busy: LinkBusy | None = None,
 ) -> GemmResult:
-    """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring."""
+    """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring. ``link_busy``, when given,
+    receives every directed link's busy seconds (the run is then never served from the cache)."""
     context = context if context is not None else Context()
     network = network_for(hardware, mapping, context=context)
-    cacheable = tracer is None and not verify and fidelity is not Fidelity.ANALYTIC
+    cacheable = tracer is None and link_busy is None and not verify and fidelity is not Fidelity.ANALYTIC
     if not cacheable:
-        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity)
+        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, link_busy)
     # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
     obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, network)
     resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
@@ -125,7 +129,8 @@ def simulate_gemm(
 
 
 def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, network: Network, verify: bool,
-                   seed: int, tracer: Tracer | None, fidelity: Fidelity) -> GemmResult:
+                   seed: int, tracer: Tracer | None, fidelity: Fidelity,
+                   link_busy: LinkBusy | None = None) -> GemmResult:
     hardware, mapping = network.hardware, network.mapping
     algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
@@ -133,6 +138,9 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     obstacle = symmetric_obstacle(algorithm, params, network, payload=verify)
     fidelity, why = resolve_fidelity(fidelity, obstacle)
     if fidelity is Fidelity.ANALYTIC:
+        if link_busy is not None:
+            raise InfeasibleError("fidelity analytic simulates no links, so it has no link busy times; "
+                                  "use auto, symmetric or full")
         return _analytic_result(algorithm, problem, params, hardware, mapping)
     symmetric = fidelity is Fidelity.SYMMETRIC
     ctx = GemmContext(problem, params, mesh)
@@ -155,6 +163,9 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     runtime = CollectiveRuntime(sim, network, representatives=reps)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
     run = account(sim, runtime, symmetric=symmetric)
+    if link_busy is not None:
+        link_busy.seconds, link_busy.topology = run_link_busy(runtime, symmetric=symmetric), mapping.topology
+        link_busy.scope = "the GeMM"
     notes: list[str] = [why] if why else []
     error = None
     if verify:
@@ -195,8 +206,8 @@ def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: Gem
         m=problem.m, n=problem.n, k=problem.k, mesh=f"{mesh[0]}x{mesh[1]}", slices=params.slices,
         variant=params.variant, prefetch=str(params.prefetch), hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, fidelity="analytic",
-        time_s=twin, analytic_time_s=twin, compute_s=float("nan"), exposed_comm_s=float("nan"),
-        idle_s=float("nan"), hbm_stall_s=float("nan"), flops_per_chip=problem.flops / (mesh[0] * mesh[1]),
+        time_s=twin, analytic_time_s=twin, compute_s=None, exposed_comm_s=None,
+        idle_s=None, hbm_stall_s=None, flops_per_chip=problem.flops / (mesh[0] * mesh[1]),
         bytes_sent=None, max_link_bytes=None, max_link_utilisation=None, transfers=0, events=0,
         mapping=mapping.describe(), notes=["fidelity analytic: the closed form only; no breakdown"],
     )

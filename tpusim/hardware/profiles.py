@@ -29,6 +29,8 @@ __all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile",
 _WHAT = "hardware profile"
 _KINDS: MappingProxyType[object, type[HardwareProfile]] = MappingProxyType(
     {"physical": PhysicalProfile, "calibrated": CalibratedProfile})
+MAX_BASE_DEPTH = 16
+"""Profiles in one ``base:`` chain: the packaged ones are at most 2 deep; each level is a recursion of the loader."""
 # A child names and describes itself; inheriting these would silently mislabel it.
 _NOT_INHERITED = frozenset({"name", "description"})
 
@@ -66,6 +68,11 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
         raise ConfigError(f"{shown}: base: {base!r} is not a {_WHAT} name")
     base_path = _locate_base(base, path, shown)
     seen = (*chain, path)
+    if len(seen) >= MAX_BASE_DEPTH and base_path not in seen:
+        names = [p.stem for p in (*seen, base_path)]
+        raise ConfigError(f"{HARDWARE.shown(seen[0])}: base: a chain of more than {MAX_BASE_DEPTH} profiles "
+                          f"({' -> '.join(names[:3])} -> ... -> {' -> '.join(names[-2:])}); valid: at most "
+                          f"{MAX_BASE_DEPTH} profiles from a file to its last base")
     if base_path in seen:
         cycle = " -> ".join(p.stem for p in (*seen, base_path))
         raise ConfigError(f"{shown}: base: inheritance cycle {cycle}")
@@ -76,7 +83,7 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
     # A profile takes from its base only what its own kind has: a calibrated profile based on a physical one
     # inherits the chip, never the links it does not model.
     kind = data.get("kind", inherited.get("kind"))
-    own = _KINDS.get(kind, PhysicalProfile).model_fields
+    own = _KINDS.get(kind if isinstance(kind, str) else None, PhysicalProfile).model_fields  # validated below
     inherited = {key: value for key, value in inherited.items() if key in own and key not in _NOT_INHERITED}
     return deep_merge(inherited, data)
 

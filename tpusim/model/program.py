@@ -16,15 +16,19 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
 from tpusim.collectives.accounting import RunAccount, account
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
+from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
+from tpusim.model.labels import op_label
 from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
 from tpusim.units import parse_size
@@ -84,14 +88,15 @@ def _start_early_gathers(dev: Device, sequence: Sequence[Entry], gemms: dict[str
         if policy not in EARLY_PREFETCH or policy is Prefetch.PREVIOUS_GEMM or (
                 policy is Prefetch.PREVIOUS_OP and ahead != index + 1):
             continue
-        if not _issue_gathers(dev, job, ahead, window.budget if policy is Prefetch.WINDOW else None, issued, held):
+        if not _issue_gathers(dev, job, ahead, window.budget if policy is Prefetch.WINDOW else None, issued, held,
+                              sequence[ahead]):
             return  # in order: a later GeMM never overtakes one that does not fit yet
 
 
 def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | None, issued: dict[int, Gathers],
-                   held: dict[int, float]) -> bool:
-    """Start the data-independent gathers of the GeMM at place ``ahead``; False where they would exceed
-    ``budget`` bytes of early-gathered buffers."""
+                   held: dict[int, float], entry: Entry) -> bool:
+    """Start the data-independent gathers of the GeMM at place ``ahead`` (``entry`` of the sequence); False where
+    they would exceed ``budget`` bytes of early-gathered buffers."""
     keys = job.algorithm.prefetchable_gathers(job.ctx)
     if not keys:
         return True
@@ -99,7 +104,13 @@ def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | N
     size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
     if budget is not None and sum(held.values()) + size > budget:
         return False
+    tracer = dev.sim.tracer
+    current = tracer.scope.get(dev.chip_id, "") if tracer is not None else ""
+    if tracer is not None:  # traced as the coming GeMM's, issued early
+        tracer.scope[dev.chip_id] = f"{op_label(*entry)} prefetch"
     issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2]) for key, tensor in operands.items()}
+    if tracer is not None:
+        tracer.scope[dev.chip_id] = current
     held[ahead] = size
     return True
 
@@ -116,7 +127,7 @@ def _gather_for_next_gemm(dev: Device, sequence: Sequence[Entry], gemms: dict[st
         return
 
     def issue(_: simpy.Event) -> None:
-        _issue_gathers(dev, job, ahead, None, issued, held)
+        _issue_gathers(dev, job, ahead, None, issued, held, sequence[ahead])
 
     dev.env.timeout(0).callbacks.append(issue)
 
@@ -126,8 +137,11 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
     """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline``."""
     issued: dict[int, Gathers] = {}
     held: dict[int, float] = {}
+    tracer = dev.sim.tracer
     for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
+        if tracer is not None:
+            tracer.scope[dev.chip_id] = op_label(op, layer)
         _start_early_gathers(dev, sequence, gemms, index, window, issued, held)
         if isinstance(op, GemmOp):
             job = gemms[op.name]
@@ -137,7 +151,8 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
             dev.prefetched = {}
             held.pop(index, None)
         elif isinstance(op, LocalOp):
-            yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name=op.name)
+            yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops,
+                              name=op.name if tracer is None else tracer.scope[dev.chip_id])
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
         timeline.append((op.name, layer, start, dev.env.now))
@@ -149,13 +164,16 @@ class OpsRun:
 
     account: RunAccount
     timeline: Timeline
+    link_busy: np.ndarray | None = None  # seconds per directed link, where asked for (``run_ops``)
 
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
             representatives: Sequence[tuple[int, int]] | None = None,
-            chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow()) -> OpsRun:
-    """Every chip (or the ``representatives``) runs ``sequence``; the account of the run."""
-    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown)
+            chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow(),
+            keep_link_busy: bool = False, tracer: Tracer | None = None) -> OpsRun:
+    """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed
+    link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given)."""
+    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
     timelines: dict[int, Timeline] = {}
 
@@ -164,5 +182,7 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
         return (sequence, gemms, timelines[dev.chip_id], window)
 
     run_spmd(sim, runtime, step_program, args)
-    result = account(sim, runtime, symmetric=representatives is not None)
-    return OpsRun(result, timelines.get(result.critical, []))
+    symmetric = representatives is not None
+    result = account(sim, runtime, symmetric=symmetric)
+    busy = run_link_busy(runtime, symmetric=symmetric) if keep_link_busy else None
+    return OpsRun(result, timelines.get(result.critical, []), busy)

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network, network_for
 from tpusim.config import HardwareProfile
 from tpusim.engine.accounting import breakdown
@@ -21,6 +24,7 @@ from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
+from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.simulate import simulate_gemm
@@ -28,6 +32,7 @@ from tpusim.model.layer import GemmOp, Op, ff_layers
 from tpusim.model.memory import estimate_memory
 from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import OpsRun, PrefetchWindow, run_ops, step_sequence
+from tpusim.model.step_trace import trace_step
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
@@ -91,28 +96,33 @@ class StepResult(ResultMixin):
 def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, *,
                   chip_slowdown: dict[int, float] | None = None,
                   link_overrides: dict[int, LinkOverride] | None = None,
-                  context: Context | None = None) -> StepResult:
-    """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters."""
+                  context: Context | None = None, link_busy: LinkBusy | None = None,
+                  tracer: Tracer | None = None) -> StepResult:
+    """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters.
+
+    ``link_busy``, when given, receives every directed link's busy seconds over the whole step, extrapolated
+    like the step time (the step is then never served from the cache)."""
     if spec.recompute is Recompute.AUTO:
         raise ValueError("resolve recompute auto (model.memory.plan_memory) before simulating a step")
     if spec.microbatches > 1:
-        return _microbatched(spec, hardware, mapping, chip_slowdown, link_overrides, context)
+        return _microbatched(spec, hardware, mapping, chip_slowdown, link_overrides, context, link_busy, tracer)
     context = context if context is not None else Context()
     key = cache_key("step", spec, hardware, mapping.describe(), chip_slowdown, link_overrides)
-    cached = context.timings.get(key)
+    cached = context.timings.get(key) if link_busy is None and tracer is None else None
     if cached is not None:
         return StepResult(**cached)
 
     def fresh() -> Network:  # every simulated run starts from idle links
         return network_for(hardware, mapping, context=context, link_overrides=link_overrides)
 
-    result = _simulate_step(spec, fresh, chip_slowdown, bool(chip_slowdown or link_overrides))
-    context.timings.put(key, result.to_dict())
+    result = _simulate_step(spec, fresh, chip_slowdown, bool(chip_slowdown or link_overrides), link_busy, tracer)
+    if tracer is None:  # a traced result carries the trace's notes
+        context.timings.put(key, result.to_dict())
     return result
 
 
 def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: dict[int, float] | None,
-                   overridden: bool) -> StepResult:
+                   overridden: bool, link_busy: LinkBusy | None = None, tracer: Tracer | None = None) -> StepResult:
     network = fresh()
     hardware, mapping = network.hardware, network.mapping
     mesh = mapping.shape
@@ -130,14 +140,14 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
-        step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps)
+        step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps, link_busy)
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
         sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
             total_layers]
         windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown) for n in sizes]
+                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None) for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
             if len(values) == 1:
@@ -145,6 +155,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             return values[0] + (total_layers - sizes[0]) * (values[1] - values[0])
 
         step_time = extrapolate([w.account.elapsed for w in windows])
+        if link_busy is not None:
+            _extrapolate_busy(link_busy, [w.link_busy for w in windows], sizes, total_layers)
         compute = extrapolate([w.account.parts.compute for w in windows])
         exposed = extrapolate([w.account.parts.exposed for w in windows])
         idle = extrapolate([w.account.parts.idle for w in windows])
@@ -159,6 +171,11 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             first = links[0]
             bytes_per_layer = (links[-1].bytes_sent - first.bytes_sent if len(windows) == 2 and first is not None
                                else links[-1].bytes_sent / sizes[-1])
+    if link_busy is not None:
+        link_busy.topology = mapping.topology
+    if tracer is not None:  # one more run, of the largest window, recording the traced chips
+        notes += trace_step(spec, fresh, plan, fidelity, reps, sizes, windows[-1].account.elapsed if sizes else None,
+                            step_time, chip_slowdown, tracer)
     chips = mesh[0] * mesh[1]
     mfu, hfu = _utilisation(spec, chips * hardware.chip.peak_flops, step_time)
     memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
@@ -192,9 +209,26 @@ def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, 
     return step_model_flops(spec) / (peak * step_time), step_hardware_flops(spec) / (peak * step_time)
 
 
+def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], sizes: list[int], layers: int) -> None:
+    """Every link's busy seconds over the whole step from the simulated windows, as the step time is extrapolated
+    (one more layer adds the same transfers, so the difference of the windows is one layer's)."""
+    if windows[0] is None or windows[-1] is None:
+        return
+    if len(windows) == 1:
+        link_busy.seconds = windows[0]
+        link_busy.scope = f"the whole step ({layers} layers simulated)"
+        return
+    extrapolated = windows[0] + (layers - sizes[0]) * (windows[1] - windows[0])
+    # a link idle in both windows stays exactly 0; elsewhere the difference only drops rounding
+    link_busy.seconds = np.maximum(extrapolated, 0.0)
+    link_busy.scope = (f"the whole {layers}-layer step, extrapolated from {sizes[0]} and {sizes[1]} simulated "
+                       "layers")
+
+
 def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
                   chip_slowdown: dict[int, float] | None, link_overrides: dict[int, LinkOverride] | None,
-                  context: Context | None) -> StepResult:
+                  context: Context | None, link_busy: LinkBusy | None = None,
+                  tracer: Tracer | None = None) -> StepResult:
     """A step of m micro-batches: m times the blocks (and embedding) of one micro-batch, one optimizer update.
 
     Ops run one after another on each chip, so the total is m times a micro-step without the update plus the
@@ -204,11 +238,22 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     if spec.batch % m:
         raise InfeasibleError(f"--microbatches {m} does not divide the batch of {spec.batch} sequences")
     micro = replace(spec, batch=spec.batch // m, microbatches=1)
+    one_busy = LinkBusy() if link_busy is not None else None
     one = simulate_step(micro, hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides,
-                        context=context)
+                        context=context, link_busy=one_busy, tracer=tracer)
+    if tracer is not None:
+        tracer.metadata["microbatch"] = f"one micro-batch of {micro.batch} sequences, of {m}"
+        one.notes.append(f"trace: one micro-batch of {m} ({micro.batch} sequences)")
+    bare_busy = LinkBusy() if link_busy is not None and spec.optimizer else one_busy
     bare = one if not spec.optimizer else simulate_step(replace(micro, optimizer=False), hardware, mapping,
                                                         chip_slowdown=chip_slowdown,
-                                                        link_overrides=link_overrides, context=context)
+                                                        link_overrides=link_overrides, context=context,
+                                                        link_busy=bare_busy)
+    if link_busy is not None and one_busy is not None and bare_busy is not None:
+        if one_busy.seconds is not None and bare_busy.seconds is not None:
+            link_busy.seconds = m * bare_busy.seconds + one_busy.seconds - bare_busy.seconds
+        link_busy.topology = one_busy.topology
+        link_busy.scope = f"{one_busy.scope}, times {m} micro-batches"
 
     def total(name: str) -> float:
         return float(m * getattr(bare, name) + getattr(one, name) - getattr(bare, name))
@@ -224,26 +269,37 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     )
 
 
-def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, int]]
-                ) -> tuple[float, float, float, float, float, list[OpTiming]]:
-    """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once."""
+def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, int]],
+                link_busy: LinkBusy | None = None) -> tuple[float, float, float, float, float, list[OpTiming]]:
+    """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once;
+    ``link_busy`` gets the sum of the ops' link busy times the same way."""
     seen: dict[str, OpTiming] = {}
     stalls: dict[str, float] = {}
+    busy: dict[str, np.ndarray | None] = {}
 
     def timing(op: Op) -> OpTiming:
         if op.name not in seen:
             if isinstance(op, GemmOp):  # through the GeMM cache the tuner's pricing shares
                 job = plan.gemms[op.name]
                 network = fresh()
+                links = LinkBusy() if link_busy is not None else None
                 g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
-                                  network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC)
+                                  network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC,
+                                  link_busy=links)
+                # symmetric fidelity simulates, so the breakdown is there (only analytic leaves it None)
+                assert g.compute_s is not None and g.exposed_comm_s is not None and g.idle_s is not None
+                assert g.hbm_stall_s is not None
                 seen[op.name] = OpTiming(op.name, g.time_s, g.compute_s, g.exposed_comm_s, g.idle_s)
                 stalls[op.name] = g.hbm_stall_s
+                busy[op.name] = None if links is None else links.seconds
             else:
-                run = run_ops(fresh(), [(op, 0)], plan.gemms, representatives=reps).account
+                ran = run_ops(fresh(), [(op, 0)], plan.gemms, representatives=reps,
+                              keep_link_busy=link_busy is not None)
+                run = ran.account
                 seen[op.name] = OpTiming(op.name, run.elapsed, run.parts.compute, run.parts.exposed,
                                          run.parts.idle)
                 stalls[op.name] = run.hbm_stall
+                busy[op.name] = ran.link_busy
         return seen[op.name]
 
     layer = [timing(op) for op in plan.forward + plan.backward]
@@ -254,6 +310,13 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
         return float(layers * sum(getattr(t, name) for t in layer) + sum(getattr(t, name) for t in once))
 
     stall = float(layers * sum(stalls[t.op] for t in layer) + sum(stalls[t.op] for t in once))
+    if link_busy is not None:
+        weighted = [(busy[t.op], layers) for t in layer] + [(busy[t.op], 1) for t in once]
+        arrays = [seconds for seconds, _ in weighted if seconds is not None]
+        if arrays and len(arrays) == len(weighted):  # a network without links has none
+            link_busy.seconds = sum((weight * seconds for seconds, weight in weighted if seconds is not None),
+                                    np.zeros(len(arrays[0])))
+        link_busy.scope = f"the whole {layers}-layer step, each distinct op simulated once and summed"
     return total("time_s"), total("compute_s"), total("exposed_comm_s"), total("idle_s"), stall, layer
 
 

@@ -1,9 +1,9 @@
 """The physical ICI network: chips on a torus or mesh and the directed links between them.
 
 Owns chip numbering (row-major with axis 0 fastest: ``chip = x + X*(y + Y*z)``), deterministic link
-numbering, the networkx graph with one edge per directed ICI link, and dimension-ordered routing. It
-knows nothing of TPU slice rules (:mod:`tpusim.topology.slices`) or logical meshes
-(:mod:`tpusim.topology.mapping`).
+numbering, the networkx graph with one edge per directed ICI link (built, and networkx imported, on first use:
+routing and link lookup need only the link arrays), and dimension-ordered routing. It knows nothing of TPU
+slice rules (:mod:`tpusim.topology.slices`) or logical meshes (:mod:`tpusim.topology.mapping`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from tpusim.errors import TopologyError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def axis_names_for(ndims: int) -> tuple[str, ...]:
@@ -33,13 +36,12 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class PhysicalTopology:
-    """Chips on a (possibly wrapped) grid with one graph edge and one link id per directed ICI link."""
+    """Chips on a (possibly wrapped) grid with one link id (and one graph edge) per directed ICI link."""
 
     name: str
     dims: tuple[int, ...]
     wrap: tuple[bool, ...]
     axis_names: tuple[str, ...]
-    graph: nx.DiGraph[int] = field(repr=False)
     link_src: np.ndarray = field(repr=False)
     link_dst: np.ndarray = field(repr=False)
     link_axis: np.ndarray = field(repr=False)
@@ -47,6 +49,7 @@ class PhysicalTopology:
     _coords: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
     _hop: np.ndarray = field(init=False, repr=False)
+    _graph: nx.DiGraph[int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         ndims = len(self.dims)
@@ -67,6 +70,24 @@ class PhysicalTopology:
         object.__setattr__(self, "_coords", _frozen(coords.astype(np.int64)))
         object.__setattr__(self, "_radix", _frozen(radix))
         object.__setattr__(self, "_hop", _frozen(hop))
+
+    @property
+    def graph(self) -> nx.DiGraph[int]:
+        """The directed graph: one node per chip (with its ``coord``), one edge per link (with its ``link`` id,
+        ``axis`` and ``sign``); built on first use."""
+        if self._graph is not None:
+            return self._graph
+        import networkx as nx
+
+        graph: nx.DiGraph[int] = nx.DiGraph(name=self.name)
+        graph.add_nodes_from((chip, {"coord": self.coord(chip)}) for chip in range(self.num_chips))
+        graph.add_edges_from(
+            (int(s), int(d), {"link": link, "axis": int(a), "sign": int(g)})
+            for link, (s, d, a, g) in enumerate(
+                zip(self.link_src, self.link_dst, self.link_axis, self.link_sign, strict=True))
+        )
+        object.__setattr__(self, "_graph", graph)
+        return graph
 
     @property
     def num_chips(self) -> int:
@@ -111,12 +132,14 @@ class PhysicalTopology:
 
     def link_id(self, src: int, dst: int) -> int:
         """Id of the directed link src -> dst."""
-        data = self.graph.get_edge_data(self._check_chip(src), self._check_chip(dst))
-        if data is None:
-            raise TopologyError(
-                f"chips {src!r} and {dst!r} are not adjacent in {self.name!r}; no ICI link joins them"
-            )
-        return int(data["link"])
+        source, target = self._check_chip(src), self._check_chip(dst)
+        # at most one link joins two chips: wraparound exists only on axes of size >= 3 (build_topology)
+        for link in self._hop[source].ravel():
+            if link >= 0 and int(self.link_dst[link]) == target:
+                return int(link)
+        raise TopologyError(
+            f"chips {src!r} and {dst!r} are not adjacent in {self.name!r}; no ICI link joins them"
+        )
 
     def _check_axis(self, axis: int) -> int:
         if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < len(self.dims):
@@ -187,18 +210,11 @@ def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> Phys
                 dst.append(chip + (there - here) * int(radix[axis]))
                 axes.append(axis)
                 signs.append(sign)
-    graph: nx.DiGraph[int] = nx.DiGraph(name=name)
-    graph.add_nodes_from((chip, {"coord": tuple(int(c) for c in coords[chip])}) for chip in range(chips))
-    graph.add_edges_from(
-        (s, d, {"link": link, "axis": a, "sign": g})
-        for link, (s, d, a, g) in enumerate(zip(src, dst, axes, signs, strict=True))
-    )
     return PhysicalTopology(
         name=name,
         dims=sizes,
         wrap=wraps,
         axis_names=axis_names_for(len(sizes)),
-        graph=graph,
         link_src=_frozen(np.array(src, dtype=np.int64)),
         link_dst=_frozen(np.array(dst, dtype=np.int64)),
         link_axis=_frozen(np.array(axes, dtype=np.int64)),

@@ -16,6 +16,7 @@ two passes is priced once.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,14 +63,26 @@ class CostCache:
 
     def __init__(self, context: Context | None = None) -> None:
         self.context = context if context is not None else Context()
-        self._times: dict[tuple[Any, ...], float | None] = {}
+        self._times: dict[Hashable, float | None] = {}
         self.twins = 0
         self.simulations = 0
+
+    @staticmethod
+    def key(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, hardware_key: str,
+            mapping: MeshMapping, mode: str) -> tuple[Any, ...]:
+        return (problem, algorithm.name, params, hardware_key, mapping_key(mapping), mode)
+
+    def holds(self, key: Hashable) -> bool:
+        return key in self._times
+
+    def store(self, key: Hashable, value: float) -> None:
+        """A time priced elsewhere (by a worker process of ``tune --jobs``) under the key it would have here."""
+        self._times[key] = value
 
     def gemm(self, problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams,
              hardware: HardwareProfile, hardware_key: str, mapping: MeshMapping, mode: str) -> float | None:
         """The GeMM's time by ``mode``: "analytic" (None without a closed form) or a Fidelity value."""
-        key = (problem, algorithm.name, params, hardware_key, mapping_key(mapping), mode)
+        key = self.key(problem, algorithm, params, hardware_key, mapping, mode)
         if key in self._times:
             return self._times[key]
         if mode == ANALYTIC:
@@ -150,6 +163,20 @@ class LayerPricer:
         value = self._total(layer, option, str(self.context.fidelity))
         assert value is not None
         return value
+
+    def unsimulated(self, layer: FFLayer, option: LayerOption) -> list[tuple[tuple[Any, ...], GemmProblem,
+                                                                               GemmParams]]:
+        """The GeMMs ``simulated`` would run for ``option`` that the cache does not hold yet: (cache key,
+        problem, parameters) each."""
+        ctx = self.context
+        params = replace(ctx.base, slices=option.slices)
+        found = []
+        for which, problem in layer_problems(layer, option, ctx.dtype).items():
+            key = self.cache.key(problem, ctx.algorithm, params, self._hardware_key, self.mapping,
+                                 str(ctx.fidelity))
+            if self._times.get((layer.name, which), 1) and not self.cache.holds(key):
+                found.append((key, problem, params))
+        return found
 
 
 def _non_ff_ops(spec: StepSpec, mesh: tuple[int, int]) -> list[Op]:

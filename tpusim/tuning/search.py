@@ -23,18 +23,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tpusim.collectives.network import network_for, place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.context import Context
-from tpusim.errors import InfeasibleError
+from tpusim.errors import InfeasibleError, UserError
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
 from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
-from tpusim.model.step import StepSpec, simulate_step
+from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import (
@@ -45,6 +47,7 @@ from tpusim.tuning.layer_costs import (
     non_ff_twin,
     pass_multiplicity,
 )
+from tpusim.tuning.parallel import Entries, PendingTimes, SimulationPool, simulation_pool
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
 from tpusim.units import GB
@@ -99,6 +102,7 @@ class _MeshSearch:
         self.window: set[tuple[int, LayerOption]] | None = None  # what the DES-priced DP may use
         self.bounded = 0  # options ranked by the one-hop bound
         self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
+        self.simulations: Entries = []  # what worker processes simulated for this mesh (``tune --jobs``)
         obstacle = symmetric_obstacle(context.algorithm, context.base,
                                       network_for(context.hardware, candidate.mapping))
         self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
@@ -174,6 +178,26 @@ class _MeshSearch:
         return best_plans(priced, self.non_ff(simulated), flips=self.flips, attention_ok=self.attention_ok,
                           keep=keep)
 
+    def unsimulated(self) -> list[tuple[tuple[Any, ...], GemmProblem, GemmParams]]:
+        """The GeMMs ``plans(simulated=True)`` will simulate, found by a dry run of the DP: which options it asks
+        for depends on the options alone, never on their prices. (cache key, problem, parameters) each, once."""
+        asked: dict[tuple[int, LayerOption], None] = {}
+
+        def record(index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
+            found = [(o, 0.0) for o in self.options(index, flag, required)
+                     if self.window is None or (index, o) in self.window]
+            asked.update(((index, o), None) for o, _ in found)
+            return found
+
+        best_plans(record, dict.fromkeys(self.starts, 0.0), flips=self.flips, attention_ok=self.attention_ok,
+                   keep=1)
+        gemms = {}
+        for index, option in asked:
+            if (index, option) not in self.des_prices:
+                gemms.update({key: (key, problem, params) for key, problem, params
+                              in self.pricer.unsimulated(self.layers[index], option)})
+        return list(gemms.values())
+
     def space_size(self) -> int:
         return count_plans(self.options, self.starts, flips=self.flips, attention_ok=self.attention_ok)
 
@@ -209,10 +233,23 @@ def _near(k: int | None, around: int | None) -> bool:
 
 
 def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
+         progress: Callable[[str], None] | None = None, stages: Callable[[int, int], None] | None = None,
+         jobs: int = 1) -> TuneResult:
     """Search the configuration space for ``request``; see the module docstring. ``progress`` hears a line as
-    each stage of a long search begins."""
+    each stage of a long search begins, ``stages`` (stages done, stages in all) as each ends, from the end of the
+    closed-form ranking on. ``jobs`` > 1 runs the simulations on that many worker processes (``parallel``); the
+    result is the same."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    cache = cache if cache is not None else CostCache(context)
+    with simulation_pool(jobs, cache.context.cache_folder) as pool:
+        return _search(request, cache, progress, stages, pool)
+
+
+def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None] | None,
+            stages: Callable[[int, int], None] | None, pool: SimulationPool | None) -> TuneResult:
     say = progress if progress is not None else _silent
+    count = stages if stages is not None else _uncounted
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
@@ -221,7 +258,6 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     batch = request.batch if request.batch is not None else chips
     if request.topology is not None:
         place_mesh(hardware, chips, 1, topology=request.topology)  # a topology the network cannot take fails here
-    cache = cache if cache is not None else CostCache(context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
     budget = prefetch_budget(prefetch, request.prefetch_budget)
@@ -257,9 +293,14 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
         else f"searching {len(searches)} mesh(es) exhaustively")
     refined = searches if request.exhaustive else _rank(searches, reports, request.refine_meshes, model.layers)
+    total = len(refined) + 2  # the ranking, each refined mesh, the whole steps
+    count(1, total)
+    submitted = [_submit(pool, search) for search in refined] if pool is not None else []
     final = []
     for number, search in enumerate(refined, start=1):
         say(f"simulating the best candidates of mesh {search.candidate.label} ({number} of {len(refined)})")
+        if submitted:
+            _collect(search, submitted[number - 1])
         plans = search.plans(simulated=True, keep=2)
         if plans:
             final.append((plans[0].cost, search.candidate.label, search, plans))
@@ -267,6 +308,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         previous = reports.get(search.candidate.label)
         report.analytic_step_s = previous.analytic_step_s if previous is not None else None
         reports[search.candidate.label] = report
+        count(1 + number, total)
     if not final:
         raise _no_mesh(request, batch, [RejectedMesh(r.mesh, r.reason or "") for r in reports.values()])
     final.sort(key=lambda item: item[:2])
@@ -278,8 +320,10 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         runner_plan = leader_plans[1]
     whole = replace(spec, batch=batch, microbatches=memory.microbatches)
     say(f"timing the best configuration{' and the runner-up' if runner_plan is not None else ''} as whole steps")
-    best = _time(best_search, leader_plans[0], whole, model.layers)
-    runner = _time(runner_search, runner_plan, whole, model.layers) if runner_plan is not None else None
+    timings = [(best_search, leader_plans[0])] + ([(runner_search, runner_plan)] if runner_plan is not None else [])
+    best, *others = _time(pool, timings, whole, model.layers)
+    runner = others[0] if others else None
+    count(total, total)
     if runner is not None and runner.step_time_s < best.step_time_s:
         best, runner = runner, best
         notes.append("the runner-up of the search simulated faster as a whole step; the two were swapped")
@@ -303,6 +347,28 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
 
 def _silent(line: str) -> None:
     del line
+
+
+def _uncounted(done: int, total: int) -> None:
+    del done, total
+
+
+def _submit(pool: SimulationPool, search: _MeshSearch) -> PendingTimes:
+    """Hand the GeMMs the mesh's DES-priced DP will simulate to the worker processes."""
+    ctx = search.context
+    return pool.gemms(search.unsimulated(), ctx.algorithm.name, ctx.hardware, search.candidate.mapping,
+                      ctx.fidelity)
+
+
+def _collect(search: _MeshSearch, pending: PendingTimes) -> None:
+    """Store the workers' prices of one mesh in the search's cache (what failed is left to the search), and
+    their simulations in its context, where the whole steps timed on this mesh find them as one process would."""
+    times, entries = pending.result()
+    for key, value in times:
+        if value is not None:
+            search.pricer.cache.store(key, value)
+    search.pricer.cache.context.timings.adopt(entries)
+    search.simulations = entries
 
 
 def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_meshes: int,
@@ -373,14 +439,33 @@ def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: 
     return MeshReport(label, "priced", None, estimate, None)
 
 
-def _time(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> Choice:
-    """Simulate the whole step of ``plan`` on its mesh."""
+def _time(pool: SimulationPool | None, timings: list[tuple[_MeshSearch, Plan]], spec: StepSpec,
+          layers: int) -> list[Choice]:
+    """Simulate the whole step of each plan on its mesh (on the worker processes, when there are any)."""
+    specs = [_timed(search, plan, spec) for search, plan in timings]
+    # the first runs here, the others (the runner-up) meanwhile on a worker
+    futures = [pool.step(timed, search.context.hardware, search.candidate.mapping, search.simulations)
+               if pool is not None and number > 0 else None
+               for number, (timed, (search, _)) in enumerate(zip(specs, timings, strict=True))]
+    choices = []
+    for timed, (search, plan), future in zip(specs, timings, futures, strict=True):
+        result = future.result() if future is not None else None
+        if result is None:  # one process, or the worker's simulation failed: this one raises the error
+            result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
+                                   context=search.pricer.cache.context)
+        choices.append(_choice(search, plan, result, spec, layers))
+    return choices
+
+
+def _timed(search: _MeshSearch, plan: Plan, spec: StepSpec) -> StepSpec:
+    """The whole step of ``plan``."""
     uses_slices = search.context.algorithm.uses_slices
-    timed = replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
-                    transposes=tuple(o.transpose for o in plan.options),
-                    slices=tuple(o.slices for o in plan.options) if uses_slices else None)
-    result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
-                           context=search.pricer.cache.context)
+    return replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
+                   transposes=tuple(o.transpose for o in plan.options),
+                   slices=tuple(o.slices for o in plan.options) if uses_slices else None)
+
+
+def _choice(search: _MeshSearch, plan: Plan, result: StepResult, spec: StepSpec, layers: int) -> Choice:
     return Choice(
         mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,

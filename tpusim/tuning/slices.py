@@ -7,6 +7,7 @@ backward-weight GeMMs are fastest together (ties: the smaller K).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from tpusim.config import HardwareProfile
@@ -23,14 +24,16 @@ from tpusim.vocabulary import Fidelity
 
 
 def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                context: Context | None = None) -> tuple[int, ...]:
-    """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``."""
+                context: Context | None = None, progress: Callable[[int, int], None] | None = None) -> tuple[int, ...]:
+    """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``; ``progress``
+    hears (layers done, layers in all) as each layer's count is chosen."""
     algorithm = get_algorithm(spec.algorithm)
     mesh = mapping.shape
     tokens = spec.batch * spec.model.sequence
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
     chosen = []
-    for layer in ff_layers(spec.model, tokens, spec.dataflows, spec.transposes):
+    layers = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)
+    for layer in layers:
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
         base = GemmParams(spec.prefetch, variant=spec.variant)
         timed: list[tuple[float, int]] = []
@@ -49,4 +52,6 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
             raise InfeasibleError(f"no slice count is feasible for layer {layer.name} on mesh {mesh[0]}x{mesh[1]}; "
                                   "give --slices and --allow-infeasible to time the nearest one")
         chosen.append(min(timed)[1])
+        if progress is not None:
+            progress(len(chosen), len(layers))
     return tuple(chosen)

@@ -7,11 +7,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 MODELS = ("gpt3-175b", "megatron-nlg-530b-ms")
 # the MeshSlice paper's abstract; docs/validation.md#known-differences-from-the-meshslice-paper
 PAPER_SPEEDUP = MappingProxyType({"gpt3-175b": 0.120, "megatron-nlg-530b-ms": 0.234})
@@ -41,8 +36,20 @@ ALGORITHM_NOTE = ("Algorithms: collective = all-gather, local GeMM, reduce-scatt
                   "mesh. Mesh R x C = rows x columns of chips.")
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported when a figure is first drawn (the command line starts
+    without matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure(columns: int, width: float = 6.0, height: float = 4.2, rows: int = 1) -> tuple[Any, list[Any]]:
     """A figure of rows x columns panels, each width x height inches; the axes in reading order."""
+    plt = _pyplot()
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
     return fig, list(axes.flat)
 
@@ -85,7 +92,7 @@ def save(fig: Any, path: Path, title: str, *, note: str | None = None,
         bottom += box.get_window_extent(renderer).height / fig.bbox.height + gap
     fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def shared_legend(axes: list[Any]) -> tuple[list[Any], list[str]]:

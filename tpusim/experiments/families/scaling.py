@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
-
 from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
     ALGORITHM_ORDER,
@@ -45,6 +42,8 @@ def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _chip_axis(ax: Any, chips: list[int]) -> None:
     """Log-2 chip axis labelled with the plain chip counts."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(chips))
     ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in chips]))
@@ -54,6 +53,9 @@ def _chip_axis(ax: Any, chips: list[int]) -> None:
 
 def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label: str, scale: float,
            log_y: bool) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     fig, axes, grouped = panel_figure(rows, width=6.5, height=5.0)
     infeasible = gaps = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
@@ -155,6 +157,8 @@ def _accuracy_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    from matplotlib.ticker import FuncFormatter
+
     fig, axes = figure(1, width=8.0, height=4.8)
     ax = axes[0]
     styles = [{"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.95, "fill": "full"},

@@ -7,8 +7,6 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from matplotlib.patches import Patch
-from matplotlib.ticker import NullLocator
 
 from tpusim.experiments.families.common import (
     PAPER_SPEEDUP,
@@ -40,6 +38,8 @@ def _step_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    from matplotlib.ticker import NullLocator
+
     grouped = by_model(rows)
     fig, axes = figure(len(grouped), width=6.5, height=4.4)
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
@@ -71,6 +71,8 @@ def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    from matplotlib.patches import Patch
+
     fig, axes, grouped = panel_figure(rows, width=6.5, height=4.6)
     any_infeasible = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
@@ -177,6 +179,8 @@ def _scale_tick(label: str) -> str:
 
 
 def _sensitivity_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    from matplotlib.patches import Patch
+
     grouped = by_model(rows)
     fig, axes = figure(len(grouped), width=7.0, height=4.8)
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):

@@ -1,0 +1,53 @@
+"""``tune --jobs N``: the simulations run on N worker processes and the result is the one of a single process,
+to the bit; bad counts are one line and exit 2; more jobs than CPUs run one per CPU, with a note."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tpusim import api
+from tpusim.cli.main import main
+from tpusim.errors import UserError
+from tpusim.hardware import load_hardware
+from tpusim.model.registry import load_model
+from tpusim.tuning import CostCache, TuneSpec, tune
+
+ARGV = ["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "16", "--ignore-memory"]
+
+
+def test_two_worker_processes_give_the_result_of_one() -> None:
+    spec = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 16, ignore_memory=True)
+    alone, shared = CostCache(), CostCache()
+    one = tune(spec, cache=alone, jobs=1)
+    two = tune(spec, cache=shared, jobs=2)
+    assert json.dumps(two.to_dict()) == json.dumps(one.to_dict())
+    assert one.simulated > 0 and alone.simulations > 0
+    # every GeMM the search simulated came from the workers: none was simulated in this process
+    assert shared.simulations == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "two"])
+def test_a_bad_job_count_is_one_line_and_exit_2(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGV, "--jobs", value]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"--jobs {value!r} must be an integer >= 1\n"
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, True])
+def test_the_api_refuses_a_bad_job_count(value: object) -> None:
+    with pytest.raises(UserError, match=r"^jobs .* must be an integer >= 1$"):
+        api.tune(model="gpt3-175b", hardware="meshslice-sim", chips=16, ignore_memory=True, jobs=value)
+
+
+def test_more_jobs_than_cpus_run_one_per_cpu_with_a_note(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert main([*ARGV, "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main([*ARGV, "--json", "--jobs", "3"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["notes"] == [*alone["notes"], "--jobs 3 is more than this machine's 1 CPUs; ran 1 worker processes"]
+    assert {**capped, "notes": alone["notes"]} == alone

@@ -1,0 +1,88 @@
+"""Size limits on what one request, file or sweep may ask for, checked before any work starts.
+
+A request for a billion chips, a hundred million slices or a sweep of a million points would otherwise run
+until memory runs out. Each limit here has a default with headroom over the largest real system or ordinary
+study it describes, and a user raises it for one run through the environment: ``TPUSIM_LIMITS_<NAME>=<integer>``
+(e.g. ``TPUSIM_LIMITS_CHIPS=131072``). The environment reaches every entry point alike (command line, Python
+API, experiment files, worker processes). docs/limits.md lists every limit and why its default is what it is.
+
+This module imports nothing from tpusim but the errors, so every layer may check a limit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from tpusim.errors import UserError
+
+__all__ = ["ENV_PREFIX", "LIMITS", "Limit", "LimitError", "exceeds", "limit_of", "shorten"]
+
+ENV_PREFIX = "TPUSIM_LIMITS_"
+DOCS = "docs/limits.md"
+
+
+class LimitError(UserError):
+    """A request, file or sweep larger than a size limit (raise the limit in the environment to allow it)."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One size limit: its name, default and what it counts."""
+
+    name: str
+    default: int
+    counts: str
+    """What the limit counts, as errors name it ("chips", "bytes of --verify operands")."""
+
+    @property
+    def env(self) -> str:
+        """The environment variable that raises it: ``TPUSIM_LIMITS_CHIPS``."""
+        return ENV_PREFIX + self.name.upper()
+
+
+# Defaults (docs/limits.md#size-limits): a TPU v4 pod has 4096 chips and a TPU v5p pod 8960; 65536 leaves 7x
+# headroom over the largest pod. A GeMM dimension of 2**24 holds 8192 sequences of 2048 tokens (16.8M rows).
+# --verify holds about twice its operands in memory (per-chip blocks, the dense product): 256 MiB needs ~0.6 GB.
+LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (
+    Limit("chips", 65536, "chips (of a mesh, a topology or a tuning run)"),
+    Limit("chunks", 4096, "pipelined chunks per message"),
+    Limit("slices", 4096, "MeshSlice slices"),
+    Limit("gemm_dim", 2**24, "elements along a GeMM dimension (m, n or k)"),
+    Limit("verify_bytes", 2**28, "bytes of float64 --verify operands (X, W and Y together)"),
+    Limit("sweep_points", 100_000, "points of a sweep (grid product plus include)"),
+    Limit("file_bytes", 2**20, "bytes of a YAML file"),
+    Limit("yaml_nodes", 1_000_000, "YAML nodes after expanding aliases"),
+)})
+
+
+def limit_of(name: str) -> int:
+    """The limit ``name`` in force: ``$TPUSIM_LIMITS_<NAME>`` if set, else its default."""
+    limit = LIMITS[name]
+    text = os.environ.get(limit.env)
+    if text is None or not text.strip():
+        return limit.default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise LimitError(f"{limit.env} {text!r} must be an integer >= 1 (the limit on {limit.counts}; see {DOCS})")
+    return value
+
+
+def exceeds(name: str, amount: int) -> str | None:
+    """None when ``amount`` is within the limit ``name``; else what to say after the offending value: the
+    limit, what is valid and how to raise it."""
+    bound = limit_of(name)
+    if amount <= bound:
+        return None
+    limit = LIMITS[name]
+    return (f"exceeds the limit of {bound} {limit.counts}; valid: up to {bound} (raise it with "
+            f"{limit.env}=N, see {DOCS})")
+
+
+def shorten(text: str, keep: int = 24) -> str:
+    """A long value as errors quote it: its first digits and its length (a 332-digit integer is one line)."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"

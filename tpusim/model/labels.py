@@ -1,0 +1,40 @@
+"""The names a training step's ops carry in traces: layer, pass and op, e.g. ``L2 fwd ff1``, ``L2 bwd-data ff2``.
+
+A block's ops are ``L<layer> <pass> <op>``: the pass is ``fwd``, ``recompute`` (the forward ops the backward pass
+runs again under activation recomputation), ``bwd-data`` and ``bwd-weight`` (a GeMM's two backward GeMMs) or
+``bwd`` (the backward of local work and LayerNorm statistics). The op is the FF layer (``qkv``, ``out_proj``,
+``ff1``, ``ff2``) or the local op (``attention``, ``ln1.norm``, ``ln1.psum``, ``gelu``, ``residual1``...). Ops that
+run once per step (embedding, LM head, loss, optimizer update) are ``step <op name>``. Layers count from 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from tpusim.model.layer import GemmOp, Op, Pass
+
+__all__ = ["op_label"]
+
+_RECOMPUTE = "recompute."
+_BACKWARD = ".bwd"
+_GEMM_PASSES: Mapping[Pass, str] = MappingProxyType(
+    {Pass.FORWARD: "fwd", Pass.BACKWARD_DATA: "bwd-data", Pass.BACKWARD_WEIGHT: "bwd-weight"})
+
+
+def op_label(op: Op, layer: int) -> str:
+    """The trace name of ``op`` run for block ``layer`` (-1: once per step)."""
+    if layer < 0:
+        return f"step {op.name}"
+    name = op.layer if isinstance(op, GemmOp) else op.name
+    recompute = name.startswith(_RECOMPUTE)
+    name = name.removeprefix(_RECOMPUTE)
+    if isinstance(op, GemmOp):
+        step = "recompute" if recompute and op.which is Pass.FORWARD else _GEMM_PASSES[op.which]
+    elif recompute:
+        step = "recompute"
+    elif name.endswith(_BACKWARD):
+        name, step = name.removesuffix(_BACKWARD), "bwd"
+    else:
+        step = "fwd"
+    return f"L{layer} {step} {name}"

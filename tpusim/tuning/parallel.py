@@ -1,0 +1,139 @@
+"""The tuner's independent simulations on worker processes (``tune --jobs N``).
+
+The search prices layer options by GeMM simulations that do not depend on one another, and times its best
+two plans as whole steps. With N > 1 worker processes these run on a pool: the search hands over every
+simulation a mesh's DP will ask for before it runs the DP (``search``), stores the prices in its cost cache
+and then runs unchanged, so its result is the same as with one process. Each task simulates in a context of
+its own, sharing only the disk cache folder when one is named; a simulation is deterministic, so no price
+depends on which process or which cache produced it.
+
+Workers are forked from a server that has imported tpusim once (``forkserver``): they start in milliseconds
+and inherit no state of the calling process (threads, open files, caches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tpusim.config import HardwareProfile
+from tpusim.engine.context import Context
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.simulate import simulate_gemm
+from tpusim.model.step import StepResult, StepSpec, simulate_step
+from tpusim.topology import MeshMapping
+from tpusim.vocabulary import Fidelity
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+__all__ = ["Entries", "PendingTimes", "SimulationPool", "simulation_pool"]
+
+START_METHOD = "forkserver"
+
+
+def _ready() -> None:
+    """A task that only makes the pool start its workers (while the caller prices by closed forms)."""
+
+
+Entries = list[tuple[str, dict[str, Any]]]
+"""Timing-cache entries (``engine.cache``) a task computed, for the caller's context to adopt."""
+
+
+def _simulate_gemms(jobs: Sequence[tuple[GemmProblem, GemmParams]], algorithm: str, hardware: HardwareProfile,
+                    mapping: MeshMapping, fidelity: Fidelity,
+                    folder: Path | None) -> tuple[list[float | None], Entries]:
+    """The simulated time of each GeMM (None where the simulation raised: the search then runs that one itself,
+    so the error surfaces where it would with one process), and the timing-cache entries made on the way."""
+    context = Context.with_cache(folder)
+    times: list[float | None] = []
+    for problem, params in jobs:
+        try:
+            times.append(simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity,
+                                       context=context).time_s)
+        except Exception:  # an error need not survive pickling: the search meets it again in its own process
+            times.append(None)
+    return times, list(context.timings.memory.items())
+
+
+def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, folder: Path | None,
+                   entries: Entries) -> StepResult | None:
+    """The whole step, reusing ``entries`` (the GeMMs priced on its mesh); None where it raised (the search then
+    simulates it itself, as for a GeMM)."""
+    context = Context.with_cache(folder)
+    context.timings.adopt(entries)
+    try:
+        return simulate_step(spec, hardware, mapping, context=context)
+    except Exception:  # see _simulate_gemms
+        return None
+
+
+class PendingTimes:
+    """GeMM times the workers are simulating, under the caller's keys."""
+
+    def __init__(self, parts: list[tuple[list[Hashable], Future[tuple[list[float | None], Entries]]]]) -> None:
+        self._parts = parts
+
+    def result(self) -> tuple[list[tuple[Hashable, float | None]], Entries]:
+        """Each key and its time (None where the simulation raised), once every one is done, and the
+        timing-cache entries the workers made."""
+        times: list[tuple[Hashable, float | None]] = []
+        entries: Entries = []
+        for keys, future in self._parts:
+            values, made = future.result()
+            times.extend(zip(keys, values, strict=True))
+            entries.extend(made)
+        return times, entries
+
+
+class SimulationPool:
+    """``workers`` processes that simulate GeMMs and whole steps for one search."""
+
+    def __init__(self, workers: int, folder: Path | None) -> None:
+        # imported here: a command that runs in one process never pays for them
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context(START_METHOD)
+        context.set_forkserver_preload([__name__])
+        self.workers = workers
+        self.folder = folder
+        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        for _ in range(workers):
+            self._executor.submit(_ready)
+
+    def gemms(self, jobs: Sequence[tuple[Hashable, GemmProblem, GemmParams]], algorithm: str,
+              hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity) -> PendingTimes:
+        """Submit ``jobs`` (GeMMs of one mesh, each under the caller's key) in one task per worker, dealt
+        round-robin because neighbouring options (close slice counts) cost alike."""
+        parts = []
+        for first in range(self.workers):
+            batch = list(jobs[first::self.workers])
+            if batch:
+                future = self._executor.submit(_simulate_gemms, [(problem, params) for _, problem, params in batch],
+                                               algorithm, hardware, mapping, fidelity, self.folder)
+                parts.append(([key for key, _, _ in batch], future))
+        return PendingTimes(parts)
+
+    def step(self, spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
+             entries: Entries) -> Future[StepResult | None]:
+        return self._executor.submit(_simulate_step, spec, hardware, mapping, self.folder, entries)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def simulation_pool(workers: int, folder: Path | None) -> Iterator[SimulationPool | None]:
+    """A pool of ``workers`` processes, or None for one process (the search then simulates in its own)."""
+    if workers <= 1:
+        yield None
+        return
+    pool = SimulationPool(workers, folder)
+    try:
+        yield pool
+    finally:
+        pool.close()
