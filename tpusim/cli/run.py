@@ -53,16 +53,20 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    failed = 1 if summary.internal_errors else 0  # a bug met in some point: the others ran, the run still fails
     if args.json:
         emit_json(summary.to_dict())
-        return 0
+        return failed
     print(f"{summary.finished} of {summary.total} points in {summary.out}"
           f"{f' ({summary.skipped} resumed)' if summary.skipped else ''}: results.csv, results.json, run_meta.json")
     for text in summary.notes:
         note(text)
     if summary.errors:
         note(f"{summary.errors} point(s) could not be simulated; see the 'error' column")
-    return 0
+    if summary.internal_errors:
+        note(f"{summary.internal_errors} point(s) met an internal error (a bug in tpusim; their 'error' column "
+             "begins 'internal error:'); the other points are in the results")
+    return failed
 
 
 def schema(args: argparse.Namespace) -> int:

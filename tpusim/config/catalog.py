@@ -16,9 +16,13 @@ from pathlib import Path
 
 from tpusim.errors import ConfigError, unknown_name
 
-__all__ = ["CONFIG_DIR_ENV", "EXPERIMENTS", "HARDWARE", "MODELS", "Catalog", "data_root", "looks_like_path"]
+__all__ = ["CONFIG_DIR_ENV", "EXPERIMENTS", "HARDWARE", "MODELS", "TRUSTED_DIRS_ENV", "Catalog", "data_root",
+           "inside_any", "looks_like_path", "trusted_folders"]
 
 CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
+TRUSTED_DIRS_ENV = "TPUSIM_TRUSTED_DIRS"
+"""Folders (separated by ``os.pathsep``) from which experiments and profiles may reference files by path, besides
+their own folder and the packaged data (docs/results.md#files-an-experiment-names)."""
 
 
 def data_root() -> Path:
@@ -30,6 +34,22 @@ def data_root() -> Path:
     if not isinstance(packaged, Path):  # a zipped install: its files are not on disk
         raise ConfigError(f"tpusim's packaged data is not a folder on disk ({packaged}); install tpusim unzipped")
     return packaged
+
+
+def trusted_folders() -> list[Path]:
+    """The packaged (or ``$TPUSIM_CONFIG_DIR``) data and every folder in ``$TPUSIM_TRUSTED_DIRS``, resolved."""
+    folders = [data_root()]
+    folders += [Path(entry) for entry in os.environ.get(TRUSTED_DIRS_ENV, "").split(os.pathsep) if entry]
+    return [folder.resolve() for folder in folders]
+
+
+def inside_any(path: Path, folders: list[Path]) -> bool:
+    """Whether ``path``, with every symbolic link resolved, lies inside one of ``folders``."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return any(real.is_relative_to(folder) for folder in folders)
 
 
 def looks_like_path(text: str) -> bool:

@@ -1,7 +1,9 @@
 """Running one experiment point: the point's request goes to its runner; its result comes back as plain data.
 
 A point that is infeasible or otherwise a user error still produces an outcome, with its ``error`` saying why,
-so one bad corner of a sweep does not lose the rest (its row of results.csv: ``tpusim.experiments.rows``).
+so one bad corner of a sweep does not lose the rest (its row of results.csv: ``tpusim.experiments.rows``). So does
+a point that meets a bug in tpusim: its ``error`` starts with ``internal error:`` and the run, having finished the
+other points, exits 1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from tpusim.errors import UserError
 from tpusim.experiments.runners import RUNNERS, request_hardware
 
 _POINT: TypeAdapter[Point] = TypeAdapter(Point)
+INTERNAL_ERROR = "internal error: "
+"""How the ``error`` of a point that met a bug begins."""
 
 
 def _run(point: Point, context: Context) -> dict[str, Any]:
@@ -41,5 +45,7 @@ def run_point(point_data: dict[str, Any], context: Context | None = None) -> dic
         result, error = _run(point, context if context is not None else Context.with_cache()), None
     except UserError as failure:
         result, error = {}, failure.message
+    except Exception as failure:  # a bug: kept in the point's row, so the rest of the sweep still runs
+        result, error = {}, f"{INTERNAL_ERROR}{type(failure).__name__}: {failure}"
     return {"result": result, "error": error}
 

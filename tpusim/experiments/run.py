@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.config import Experiment
+from tpusim.config.catalog import EXPERIMENTS
 from tpusim.errors import OutputPathError, UserError
 from tpusim.experiments.arguments import check_run_arguments
 from tpusim.experiments.executors import (
@@ -35,6 +36,8 @@ from tpusim.experiments.executors import (
 )
 from tpusim.experiments.interrupts import Interrupted, RunInterrupted, interrupts_raised
 from tpusim.experiments.lock import folder_lock
+from tpusim.experiments.points import INTERNAL_ERROR
+from tpusim.experiments.references import check_references, digests_of, reference_digests
 from tpusim.experiments.results import ResultsFiles, check_output_dir, render_csv
 from tpusim.experiments.rows import NO_ERROR, csv_columns, row_of
 from tpusim.experiments.spec import expand, experiment_hash, load_experiment, point_hash
@@ -59,6 +62,8 @@ class RunSummary:
     errors: int
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    internal_errors: int = 0
+    """Points that met a bug in tpusim (their ``error`` begins ``internal error:``); the command exits 1."""
 
     def to_frame(self) -> Any:
         """The rows as a pandas DataFrame, one per finished point in sweep order, with the columns, values and
@@ -73,7 +78,8 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "points_total": self.total, "points_finished": self.finished,
-                "points_resumed": self.skipped, "points_with_errors": self.errors, "rows": self.rows,
+                "points_resumed": self.skipped, "points_with_errors": self.errors,
+                "points_with_internal_errors": self.internal_errors, "rows": self.rows,
                 "notes": self.notes}
 
 
@@ -97,8 +103,10 @@ def run_experiment(
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
                         scheduler=scheduler)
     source = "experiment"
+    experiment_file: Path | None = None
     if not isinstance(experiment, Experiment):
         source = str(experiment)
+        experiment_file = experiment if isinstance(experiment, Path) else EXPERIMENTS.resolve(experiment)
         experiment = load_experiment(experiment)
     if executor not in ("local", "dask"):
         raise UserError(f"--executor {executor!r} is unknown; valid: local, dask")
@@ -120,6 +128,7 @@ def run_experiment(
     if scheduler is not None:
         check_scheduler_address(scheduler)
     points = expand(experiment, source, None if yes else experiment.max_points)  # sized before it is built
+    check_references(points, experiment_file, source)
     if len(points) > experiment.max_points and not yes:
         raise UserError(f"{source}: the sweep has {len(points)} points, above its max_points of "
                         f"{experiment.max_points}; rerun with --yes to run them all")
@@ -141,12 +150,13 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     """The run itself, in the locked folder ``out_dir``."""
     varying = _varying_keys(experiment)
     columns = csv_columns([p.model_dump(by_alias=True) for p in points], varying)
-    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment), len(points),
-                         columns)
+    digests = reference_digests(points)
+    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment, digests),
+                         len(points), columns)
     if not resume:
         files.claim()
     skipped = files.resume() if resume else 0
-    hashes = [point_hash(p) for p in points]
+    hashes = [point_hash(p, digests_of(p, digests)) for p in points]
     # a point stopped before it finished (--timeout, a lost worker) runs again
     redo = {i for i, entry in files.points.items() if entry.get("stopped")}
     skipped -= len(redo)
@@ -185,7 +195,8 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
         files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
     rows = [files.rows[i] for i in sorted(files.rows)]
     summary = RunSummary(out_dir, len(points), len(files.points), skipped,
-                         sum(1 for r in rows if r["error"] != NO_ERROR), rows, notes)
+                         sum(1 for r in rows if r["error"] != NO_ERROR), rows, notes,
+                         sum(1 for r in rows if str(r["error"]).startswith(INTERNAL_ERROR)))
     if stopped:
         others = ", the other points finished" if len(stopped) < len(todo) else ""
         raise RunTimeout(f"{len(stopped)} of {len(points)} points stopped before finishing ({stopped[0]}); their rows "

@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tpusim.config import Experiment, Point
 from tpusim.config.catalog import EXPERIMENTS
 from tpusim.config.loader import load_yaml, validate
 from tpusim.config.requests import REQUESTS
-from tpusim.errors import ConfigError, UserError
+from tpusim.errors import ConfigError, UserError, closest
 from tpusim.limits import LimitError, exceeds
 
 
@@ -83,6 +84,30 @@ def planned_points(experiment: Experiment) -> int:
     return grid + len(sweep.include)
 
 
+def _dotted_keys(data: dict[str, Any], prefix: str = "") -> set[str]:
+    """Every key path of a nested mapping, dotted (``scale``, ``scale.beta``, ...)."""
+    found: set[str] = set()
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        found.add(path)
+        if isinstance(value, dict):
+            found |= _dotted_keys(value, f"{path}.")
+    return found
+
+
+def _check_exclude_keys(patterns: list[dict[str, Any]], known: dict[str, set[str]], source: str) -> None:
+    """An exclude key that no point has would silently exclude nothing: refuse it, as include typos are."""
+    valid = set().union(*known.values()) if known else set()
+    for number, pattern in enumerate(patterns):
+        for dotted in pattern:
+            if not isinstance(dotted, str) or dotted not in valid:
+                top = sorted(k for k in valid if "." not in k)
+                guess = closest(str(dotted), sorted(valid))
+                raise ConfigError(f"{source}: sweep.exclude[{number}]: unknown key {dotted!r}; valid keys: "
+                                  f"{', '.join(top)} (dotted for nested ones, e.g. scale.beta)",
+                                  f"did you mean {guess!r}?" if guess else None)
+
+
 def expand(experiment: Experiment, source: str = "experiment", max_points: int | None = None) -> list[Point]:
     """The sweep's points in order: the grid's product (last key fastest), minus exclude, plus include.
 
@@ -105,12 +130,17 @@ def expand(experiment: Experiment, source: str = "experiment", max_points: int |
     grid = itertools.product(*(sweep.grid[k] for k in keys)) if keys or not sweep.include else iter(())
     points: list[Point] = []
     index = 0
+    known: dict[str, set[str]] = {}  # the dotted keys of each kind's points, for checking exclude patterns
     for values in grid:
         point = validate(Point, _point(base, dict(zip(keys, values, strict=True)), source),
                          f"{source} (sweep point {index})")
         index += 1
-        if not any(_matches(point.model_dump(by_alias=True), pattern) for pattern in sweep.exclude):
+        dumped = point.model_dump(by_alias=True)
+        if sweep.exclude and point.kind not in known:
+            known[point.kind] = _dotted_keys(dumped)
+        if not any(_matches(dumped, pattern) for pattern in sweep.exclude):
             points.append(point)
+    _check_exclude_keys(sweep.exclude, known, source)
     for extra in sweep.include:
         points.append(validate(Point, _point(base, extra, source), f"{source} (sweep point {index})"))
         index += 1
@@ -124,9 +154,17 @@ def canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def point_hash(point: Point) -> str:
-    return hashlib.sha256(canonical(point.model_dump(by_alias=True)).encode()).hexdigest()[:16]
+def _hashed(data: Any, files: Mapping[str, str] | None) -> str:
+    # the content of named files joins the hash only where there are any, so other hashes stay as they were
+    content = {"config": data, "files": dict(files)} if files else data
+    return hashlib.sha256(canonical(content).encode()).hexdigest()[:16]
 
 
-def experiment_hash(experiment: Experiment) -> str:
-    return hashlib.sha256(canonical(experiment.model_dump(by_alias=True)).encode()).hexdigest()[:16]
+def point_hash(point: Point, files: Mapping[str, str] | None = None) -> str:
+    """The identity of a point: its settings, and the content of the files it names (``references.digests_of``)."""
+    return _hashed(point.model_dump(by_alias=True), files)
+
+
+def experiment_hash(experiment: Experiment, files: Mapping[str, str] | None = None) -> str:
+    """The identity of a run's configuration: the experiment, and the content of every file its points name."""
+    return _hashed(experiment.model_dump(by_alias=True), files)

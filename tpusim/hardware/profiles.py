@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tpusim.config.catalog import HARDWARE, looks_like_path
+from tpusim.config.catalog import HARDWARE, TRUSTED_DIRS_ENV, inside_any, looks_like_path, trusted_folders
 from tpusim.config.hardware import (
     CalibratedProfile,
     HardwareProfile,
@@ -91,7 +91,12 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
 def _locate_base(base: str, child: Path, shown: str) -> Path:
     if looks_like_path(base):
         candidate = Path(base)
-        return (candidate if candidate.is_absolute() else child.parent / candidate).resolve()
+        located = (candidate if candidate.is_absolute() else child.parent / candidate).resolve()
+        # a profile may build on files beside it, the packaged ones or trusted folders, never on any file at all
+        if not inside_any(located, [child.resolve().parent, *trusted_folders()]):
+            raise ConfigError(f"{shown}: base: {base!r} is outside the profile's folder; put the base profile "
+                              f"beside it or add its folder to ${TRUSTED_DIRS_ENV}")
+        return located
     try:
         return HARDWARE.path(base).resolve()
     except UnknownNameError as error:

@@ -1,0 +1,70 @@
+"""The files an experiment's points name by path (hardware profiles, models): where they may live, and what they
+hold.
+
+A point may name a profile or a model by path. Such a file must lie in the experiment's own folder, the packaged
+data or a folder in ``$TPUSIM_TRUSTED_DIRS`` (docs/results.md#files-an-experiment-names), so that an experiment
+cannot read an arbitrary file of the machine into its results. Its content, as loaded (a profile with its whole
+``base:`` chain merged), enters the run's configuration hash and each point's hash, so ``--resume`` never mixes
+results computed from a file before and after an edit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tpusim.config import Point
+from tpusim.config.catalog import TRUSTED_DIRS_ENV, inside_any, looks_like_path, trusted_folders
+from tpusim.errors import ConfigError
+from tpusim.hardware import load_hardware
+
+__all__ = ["check_references", "digests_of", "reference_digests"]
+
+_FIELDS = ("hardware", "model")
+
+
+def _named_files(point: Point) -> list[tuple[str, str]]:
+    """(field, value) of every field of ``point`` that names a file by path."""
+    dumped = point.model_dump(by_alias=True)
+    return [(name, dumped[name]) for name in _FIELDS
+            if isinstance(dumped.get(name), str) and looks_like_path(dumped[name])]
+
+
+def check_references(points: Sequence[Point], experiment_file: Path | None, source: str) -> None:
+    """Refuse a point that names a file outside the experiment's folder (or the working folder for an experiment
+    given as an object), the packaged data and the trusted folders."""
+    home = (experiment_file.resolve().parent if experiment_file is not None else Path.cwd().resolve())
+    allowed = [home, *trusted_folders()]
+    for index, point in enumerate(points):
+        for name, value in _named_files(point):
+            if not inside_any(Path(value), allowed):
+                raise ConfigError(f"{source} (sweep point {index}): {name}: {value!r} is outside the experiment's "
+                                  f"folder {str(home)!r}; put the file there or add its folder to "
+                                  f"${TRUSTED_DIRS_ENV}")
+
+
+def _digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def reference_digests(points: Sequence[Point]) -> dict[str, str]:
+    """For every file the points name, a digest of its content as loaded (``"path" -> digest``)."""
+    from tpusim.model.registry import load_model
+
+    loaders = {"hardware": load_hardware, "model": load_model}
+    digests: dict[str, str] = {}
+    for point in points:
+        for name, value in _named_files(point):
+            key = f"{name}:{value}"
+            if key not in digests:
+                digests[key] = _digest(loaders[name](value).model_dump())
+    return digests
+
+
+def digests_of(point: Point, digests: Mapping[str, str]) -> dict[str, str]:
+    """The digests of the files ``point`` names."""
+    return {f"{name}:{value}": digests[f"{name}:{value}"] for name, value in _named_files(point)}
