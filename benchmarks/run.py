@@ -224,7 +224,7 @@ def reproduce_quick_s() -> Measurement:
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        wall, _ = _subprocess([sys.executable, "-m", "tpusim.cli.main", "reproduce", "all", "--quick",
+        wall, _ = _subprocess([sys.executable, "-m", "tpusim", "reproduce", "all", "--quick",
                                "--out", folder])
     return Measurement(wall, "s")
 

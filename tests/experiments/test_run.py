@@ -93,7 +93,7 @@ def test_sigkill_half_way_then_resume_completes_identically(tmp_path: Path) -> N
     path = write(tmp_path)
     run_experiment(path, tmp_path / "clean")
     env = dict(os.environ, **{FAULT_ENV: "4"})
-    killed = subprocess.run([sys.executable, "-m", "tpusim.cli.main", "run", str(path), "--out",
+    killed = subprocess.run([sys.executable, "-m", "tpusim", "run", str(path), "--out",
                              str(tmp_path / "killed"), "--quiet"], env=env, capture_output=True, text=True)
     assert killed.returncode == -9  # SIGKILL
     partial = json.loads((tmp_path / "killed" / "results.json").read_text())

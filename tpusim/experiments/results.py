@@ -93,7 +93,8 @@ class ResultsFiles:
             name = experiment.get("name") if isinstance(experiment, dict) else None
             raise OutputPathError(
                 f"{str(path)!r} holds results of a different experiment ({name!r}, config hash "
-                f"{data.get('config_hash')!r}; this one {self.config_hash!r}); use another --out folder"
+                f"{data.get('config_hash')!r}; this one {self.config_hash!r}: the experiment, or a profile or model "
+                "file it names, has changed); use another --out folder"
             )
         return data
 
