@@ -17,7 +17,8 @@ from types import MappingProxyType
 
 from tpusim.errors import UserError
 
-__all__ = ["ENV_PREFIX", "LIMITS", "Limit", "LimitError", "exceeds", "limit_of", "shorten"]
+__all__ = ["ENV_PREFIX", "LIMITS", "MEMORY_ENV", "Limit", "LimitError", "available_memory", "check_memory", "exceeds",
+           "limit_of", "shorten"]
 
 ENV_PREFIX = "TPUSIM_LIMITS_"
 DOCS = "docs/limits.md"
@@ -86,3 +87,51 @@ def exceeds(name: str, amount: int) -> str | None:
 def shorten(text: str, keep: int = 24) -> str:
     """A long value as errors quote it: its first digits and its length (a 332-digit integer is one line)."""
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+MEMORY_ENV = "TPUSIM_MEMORY_BYTES"
+"""Overrides the memory tpusim believes it may use (bytes); otherwise the machine's available memory, or the
+process's address-space limit where that is smaller."""
+
+
+def available_memory() -> int | None:
+    """Bytes this process may still use: ``$TPUSIM_MEMORY_BYTES`` if set, else the smaller of the system's
+    available memory (Linux ``MemAvailable``) and the address-space limit; None where neither is known."""
+    text = os.environ.get(MEMORY_ENV)
+    if text is not None and text.strip():
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise LimitError(f"{MEMORY_ENV} {text!r} must be an integer number of bytes >= 1 (see {DOCS})")
+        return value
+    known: list[int] = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    known.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            known.append(int(soft))
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(known) if known else None
+
+
+def check_memory(needed: int, what: str, instead: str) -> None:
+    """Refuse work whose estimated peak memory (``needed`` bytes) exceeds what this process may use."""
+    available = available_memory()
+    if available is None or needed <= available:
+        return
+    from tpusim.units import format_size
+
+    raise LimitError(f"{what} needs about {format_size(needed)} by tpusim's measured estimate, more than the "
+                     f"{format_size(available)} available here; {instead}, or set {MEMORY_ENV}=N if the estimate "
+                     f"is wrong for this machine (see {DOCS})")

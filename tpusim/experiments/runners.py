@@ -31,6 +31,7 @@ from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.experiments.finite import finite_result
+from tpusim.experiments.footprint import check_gemm_memory, check_step_memory
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.topology import MeshMapping
 from tpusim.units import parse_size
@@ -121,6 +122,7 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
 
     name = get_algorithm(request.algorithm).name
     profile, mapping = _placed(request, context)
+    check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
     _check_links(profile, mapping, link_busy)
     _check_tracer(tracer, mapping)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
@@ -154,6 +156,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
 
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
+    check_step_memory(mapping.num_chips, request.fidelity)
     _check_links(profile, mapping, link_busy)
     _check_tracer(tracer, mapping)
     algorithm = get_algorithm(request.algorithm)
