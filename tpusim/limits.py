@@ -61,15 +61,21 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
 def limit_of(name: str) -> int:
     """The limit ``name`` in force: ``$TPUSIM_LIMITS_<NAME>`` if set, else its default."""
     limit = LIMITS[name]
-    text = os.environ.get(limit.env)
+    value = _env_count(limit.env, f"an integer >= 1 (the limit on {limit.counts}; see {DOCS})")
+    return limit.default if value is None else value
+
+
+def _env_count(variable: str, valid: str) -> int | None:
+    """The integer >= 1 in ``$variable``, None when it is unset or empty; anything else is a ``LimitError``."""
+    text = os.environ.get(variable)
     if text is None or not text.strip():
-        return limit.default
+        return None
     try:
         value = int(text.strip())
     except ValueError:
         value = 0
     if value < 1:
-        raise LimitError(f"{limit.env} {text!r} must be an integer >= 1 (the limit on {limit.counts}; see {DOCS})")
+        raise LimitError(f"{variable} {text!r} must be {valid}")
     return value
 
 
@@ -97,15 +103,9 @@ process's address-space limit where that is smaller."""
 def available_memory() -> int | None:
     """Bytes this process may still use: ``$TPUSIM_MEMORY_BYTES`` if set, else the smaller of the system's
     available memory (Linux ``MemAvailable``) and the address-space limit; None where neither is known."""
-    text = os.environ.get(MEMORY_ENV)
-    if text is not None and text.strip():
-        try:
-            value = int(text.strip())
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise LimitError(f"{MEMORY_ENV} {text!r} must be an integer number of bytes >= 1 (see {DOCS})")
-        return value
+    told = _env_count(MEMORY_ENV, f"an integer number of bytes >= 1 (see {DOCS})")
+    if told is not None:
+        return told
     known: list[int] = []
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
