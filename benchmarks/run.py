@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import tpusim.api as tp
@@ -244,13 +245,17 @@ def startup_small_collective_s() -> Measurement:
     with tempfile.TemporaryDirectory() as folder:
         env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = folder
-        argv = [sys.executable, "-m", "tpusim", *STARTUP_COMMAND]
+        # the installed `tpusim` script, as a user types it; `python -m tpusim` where there is none (it adds runpy)
+        script = Path(sys.executable).with_name("tpusim")
+        argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "tpusim"]),
+                *STARTUP_COMMAND]
         compile_run, _ = _subprocess(argv, env)
         runs = [_subprocess(argv, env) for _ in range(STARTUP_PROCESSES)]
     result = json.loads(runs[-1][1])
     walls = [wall for wall, _ in runs]
     return Measurement(statistics.median(walls), "s", {"processes_s": walls, "compile_run_s": compile_run,
-                                                       "simulated_s": result["time_s"], "events": result["events"]})
+                                                       "simulated_s": result["time_s"], "events": result["events"],
+                                                       "command": Path(argv[0]).name})
 
 
 def peak_rss_mb_gemm_2048_full() -> Measurement:
