@@ -122,6 +122,15 @@ def test_a_fresh_run_never_replaces_another_experiments_results(tmp_path: Path) 
     assert run_experiment(write(tmp_path), tmp_path / "out").finished == 9  # the same experiment may run again
 
 
+def test_force_replaces_another_experiments_results(tmp_path: Path) -> None:
+    run_experiment(write(tmp_path), tmp_path / "out")
+    other = write(tmp_path, EXPERIMENT.replace("m: 4096", "m: 8192"))
+    fresh = run_experiment(other, tmp_path / "fresh")
+    forced = run_experiment(other, tmp_path / "out", force=True)
+    assert forced.finished == fresh.finished and forced.skipped == 0
+    assert (tmp_path / "out" / "results.json").read_bytes() == (tmp_path / "fresh" / "results.json").read_bytes()
+
+
 @pytest.mark.parametrize("damage", ["index 999", "index -5", "index text", "no row", "points not a list",
                                     "duplicate"])
 def test_resume_refuses_damaged_finished_points(tmp_path: Path, damage: str) -> None:

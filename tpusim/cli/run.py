@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="local (worker processes) or dask (a Dask scheduler, see --scheduler)")
     p.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://host:8786 (default: a LocalCluster)")
     p.add_argument("--resume", action="store_true", help="keep finished points in --out and run the rest")
+    p.add_argument("--force", action="store_true",
+                   help="replace results of another experiment found in --out (refused otherwise)")
     p.add_argument("--timeout", type=positive_number_arg("--timeout"),
                    help="stop any point still running after this many seconds (its row says so; exit 1 at the end)")
     p.add_argument("--connect-timeout", type=positive_number_arg("--connect-timeout"),
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
-                                 scheduler=args.scheduler, resume=args.resume, timeout=args.timeout,
+                                 scheduler=args.scheduler, resume=args.resume, timeout=args.timeout, force=args.force,
                                  yes=args.yes, progress=progress, cache=args.context.cache_folder,
                                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
     finally:

@@ -29,7 +29,7 @@ def _flag(name: str, value: Any) -> None:
 
 
 def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, yes: Any, progress: Any,
-                        cache: Any, scheduler: Any) -> None:
+                        cache: Any, scheduler: Any, force: Any = False) -> None:
     """Refuse arguments of the wrong type, naming the argument and what it must be."""
     if not isinstance(experiment, Experiment):
         _path("experiment", experiment, optional=False)
@@ -38,6 +38,7 @@ def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, ye
         raise UserError(f"jobs {jobs!r} must be an integer >= 1")
     _flag("resume", resume)
     _flag("yes", yes)
+    _flag("force", force)
     if progress is not None and not callable(progress):
         raise UserError(f"progress {progress!r} must be a function (done, total) or None")
     _path("cache", cache, optional=True)

@@ -68,8 +68,10 @@ class ResultsFiles:
     """The results of one run in folder ``out``."""
 
     def __init__(self, out: Path, experiment: dict[str, Any], config_hash: str, total: int,
-                 columns: list[str]) -> None:
+                 columns: list[str], *, force: bool = False) -> None:
         self.out = out
+        self.force = force
+        """Replace another experiment's results instead of refusing the folder (``--force``)."""
         self.columns = columns
         self.experiment = experiment
         self.config_hash = config_hash
@@ -89,12 +91,14 @@ class ResultsFiles:
         if not isinstance(data, dict):
             return None
         if data.get("config_hash") != self.config_hash:
+            if self.force:
+                return None
             experiment = data.get("experiment")
             name = experiment.get("name") if isinstance(experiment, dict) else None
             raise OutputPathError(
                 f"{str(path)!r} holds results of a different experiment ({name!r}, config hash "
                 f"{data.get('config_hash')!r}; this one {self.config_hash!r}: the experiment, or a profile or model "
-                "file it names, has changed); use another --out folder"
+                "file it names, has changed); use another --out folder, or --force to replace them"
             )
         return data
 

@@ -95,13 +95,14 @@ def run_experiment(
     yes: bool = False,
     progress: Callable[[int, int], None] | None = None,
     cache: Path | str | None = None,
+    force: bool = False,
     connect_timeout: float = DASK_CONNECT_TIMEOUT_S,
 ) -> RunSummary:
     """Run every point of ``experiment`` into folder ``out``; the summary's ``rows`` (and ``to_frame()``) are
     those of the results.csv written there. ``timeout`` bounds each point's seconds; ``connect_timeout`` the
     connection to a Dask ``scheduler``."""
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
-                        scheduler=scheduler)
+                        scheduler=scheduler, force=force)
     source = "experiment"
     experiment_file: Path | None = None
     if not isinstance(experiment, Experiment):
@@ -138,7 +139,7 @@ def run_experiment(
         try:
             return _run_points(experiment, points, out_dir, notes, executor=executor, jobs=jobs,
                                scheduler=scheduler, connect_timeout=connect_timeout, resume=resume, timeout=timeout,
-                               progress=progress, cache=cache)
+                               progress=progress, cache=cache, force=force)
         except Interrupted as interrupt:  # before any point ran: the folder is as it was
             raise RunInterrupted(f"interrupted by {signal.Signals(interrupt.signum).name} before any point ran",
                                  interrupt.signum, "run the same command again") from None
@@ -146,13 +147,14 @@ def run_experiment(
 
 def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes: list[str], *, executor: str,
                 jobs: int, scheduler: str | None, connect_timeout: float, resume: bool, timeout: float | None,
-                progress: Callable[[int, int], None] | None, cache: Path | str | None) -> RunSummary:
+                progress: Callable[[int, int], None] | None, cache: Path | str | None,
+                force: bool) -> RunSummary:
     """The run itself, in the locked folder ``out_dir``."""
     varying = _varying_keys(experiment)
     columns = csv_columns([p.model_dump(by_alias=True) for p in points], varying)
     digests = reference_digests(points)
     files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment, digests),
-                         len(points), columns)
+                         len(points), columns, force=force)
     if not resume:
         files.claim()
     skipped = files.resume() if resume else 0
