@@ -8,6 +8,13 @@ bytes; selective recomputation (attention recomputed) 34 s b h / t; full recompu
 input, 2 s b h / t. A batch split into m micro-batches (gradients accumulated) stores the activations of one
 micro-batch at a time.
 
+With data parallelism (``data_parallel`` D replicas of a tensor-parallel group of t = P / D chips, each replica
+training batch / D sequences) the model state splits as ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models") says: of the ``bytes_per_param``, 2 are bf16 weights, 2
+bf16 gradients and the rest optimizer state (fp32 master weights and Adam moments); stage 0 replicates all of it
+over D, stage 1 shards the optimizer state over D, stage 2 the gradients too, stage 3 the weights too. D = 1 is
+2D tensor parallelism over every chip, exactly as before.
+
 ``plan_memory`` makes a configuration fit: ``recompute auto`` takes the least recomputation that fits, and an
 open micro-batch count takes the fewest micro-batches that fit under full recomputation when no recomputation
 fits the whole batch (docs/workloads.md#memory).
@@ -18,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
-from tpusim.errors import InfeasibleError
+from tpusim.errors import InfeasibleError, UserError
 from tpusim.units import GB
 from tpusim.vocabulary import Recompute
 
@@ -55,19 +62,54 @@ def _usable(capacity_bytes: float, reserved_bytes: float | None) -> float:
     return capacity_bytes - (reserved_bytes or 0.0)
 
 
+ZERO_STAGES = (0, 1, 2, 3)
+"""0: model state replicated over the data-parallel replicas; 1: optimizer state sharded; 2: and gradients;
+3: and weights."""
+WEIGHT_BYTES = 2  # bf16 weights
+GRADIENT_BYTES = 2  # bf16 gradients
+
+
+def check_zero_stage(stage: object) -> int:
+    """The ZeRO stage, or a one-line error naming the valid ones."""
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in ZERO_STAGES:
+        raise UserError(f"ZeRO stage {stage!r} does not exist; valid: 0 (model state replicated), 1 (optimizer "
+                              "state sharded over the data-parallel replicas), 2 (and gradients), 3 (and weights)")
+    return stage
+
+
+def state_bytes_per_param(bytes_per_param: float, data_parallel: int, zero_stage: int) -> float:
+    """Bytes of model state per parameter of a tensor-parallel shard, after ZeRO sharding over ``data_parallel``."""
+    optimizer = bytes_per_param - WEIGHT_BYTES - GRADIENT_BYTES
+    if optimizer < 0:
+        raise InfeasibleError(f"bytes per parameter {bytes_per_param!r} must cover the bf16 weights and gradients "
+                              f"({WEIGHT_BYTES + GRADIENT_BYTES} bytes) to shard them over data-parallel replicas")
+    shard = 1.0 / data_parallel
+    stage = check_zero_stage(zero_stage)
+    return (WEIGHT_BYTES * (shard if stage >= 3 else 1.0) + GRADIENT_BYTES * (shard if stage >= 2 else 1.0)
+            + optimizer * (shard if stage >= 1 else 1.0))
+
+
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
-                    reserved_bytes: float | None = None) -> MemoryEstimate:
-    """Memory per chip of the whole model under 2D (or 1D) tensor parallelism over ``chips``, against the
-    capacity left after ``reserved_bytes``."""
-    params = model.params_per_layer * model.layers * bytes_per_param / chips
-    s, b, h, a = model.sequence, batch, model.hidden, model.heads
+                    reserved_bytes: float | None = None, data_parallel: int = 1,
+                    zero_stage: int = 0) -> MemoryEstimate:
+    """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
+    ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
+    the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``."""
+    if data_parallel < 1 or chips % data_parallel or batch % data_parallel:
+        raise UserError(f"{data_parallel} data-parallel replicas must divide the {chips} chips and the batch of "
+                              f"{batch} sequences")
+    group = chips // data_parallel
+    per_param = (bytes_per_param if data_parallel == 1
+                 else state_bytes_per_param(bytes_per_param, data_parallel, zero_stage))
+    params = model.params_per_layer * model.layers * per_param / group
+    s, b, h, a = model.sequence, batch // data_parallel, model.hidden, model.heads
     per_layer = {
         Recompute.NONE: s * b * h * (34 + 5 * a * s / h),
         Recompute.SELECTIVE: 34 * s * b * h,
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
-    return MemoryEstimate(params, per_layer * model.layers / chips, _usable(capacity_bytes, reserved_bytes))
+    return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes))
 
 
 @dataclass(frozen=True)
