@@ -16,6 +16,7 @@ from tpusim.topology.mapping import (
     parse_mesh,
 )
 from tpusim.topology.physical import PhysicalTopology, build_topology
+from tpusim.topology.pod import PodMapping, map_pod
 from tpusim.topology.rings import ring_way
 from tpusim.topology.slices import (
     DEFAULT_TPUV4_SLICES,
@@ -33,6 +34,7 @@ __all__ = [
     "AxisPiece",
     "MeshMapping",
     "PhysicalTopology",
+    "PodMapping",
     "RingEmbedding",
     "abstract_mesh",
     "build_topology",
@@ -40,6 +42,7 @@ __all__ = [
     "default_tpuv4_slice",
     "generic_topology",
     "map_mesh",
+    "map_pod",
     "parse_mesh",
     "parse_topology",
     "ring_way",
