@@ -177,7 +177,8 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
     if symmetric and run.transfers:
-        notes.append("symmetric fidelity: representative chips only; per-link totals are not reported")
+        notes.append("symmetric fidelity: representative chips only; per-link totals are not reported"
+                     + ("" if link_busy is None else " in the result (the link map fills in every link)"))
     links, parts = run.links, run.parts
     return GemmResult(
         algorithm=algorithm.name, dataflow=str(problem.dataflow), transpose=problem.transpose,
