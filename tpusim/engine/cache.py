@@ -7,9 +7,9 @@ folder the user names (``--cache DIR`` or ``TPUSIM_CACHE_DIR``), one JSON file p
 temporary file and a rename.
 
 A disk entry is an envelope ``{"format", "key", "digest", "value"}``: it is used only when it names the key it is
-filed under, its value hashes to its digest, and every number in it is finite with no negative time (a field
-ending in ``_s``). Anything else (a truncated, foreign, corrupted or hand-edited file) counts as a miss, so the
-result is recomputed and the entry replaced (docs/results.md, "Caching").
+filed under, its value hashes to its digest, and its numbers are sound (``engine.result.bad_number``: finite, no
+negative time, byte count or ratio). Anything else (a truncated, foreign, corrupted or hand-edited file) counts
+as a miss, so the result is recomputed and the entry replaced (docs/results.md, "Caching").
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import copy
 import dataclasses
 import hashlib
 import json
-import math
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tpusim.engine.atomic import write_atomic
+from tpusim.engine.result import bad_number
 from tpusim.errors import OutputPathError
 
 _MEMORY_ENTRIES = 4096
@@ -52,25 +52,12 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _plausible(value: Any, name: str = "") -> bool:
-    """Every number finite, and no negative time (a field whose name ends in ``_s``)."""
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plausible(v, k) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_plausible(item, name) for item in value)
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return True
-    if isinstance(value, int | float):
-        return math.isfinite(value) and not (name.endswith("_s") and value < 0)
-    return False
-
-
 def _unwrap(key: str, entry: Any) -> dict[str, Any] | None:
     """The value of a disk entry, or None when the entry is not a sound envelope for ``key``."""
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
         return None
     value = entry.get("value")
-    if not isinstance(value, dict) or entry.get("digest") != _digest(value) or not _plausible(value):
+    if not isinstance(value, dict) or entry.get("digest") != _digest(value) or bad_number(value) is not None:
         return None
     return value
 
@@ -122,7 +109,7 @@ class TimingCache:
         if not self.enabled:
             return
         self._remember(key, value)
-        if self.folder is not None and _plausible(value):
+        if self.folder is not None and bad_number(value) is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             entry = {"format": _FORMAT, "key": key, "digest": _digest(value), "value": value}
             write_atomic(self.folder / f"{key}.json", json.dumps(entry, sort_keys=True, allow_nan=False))

@@ -10,46 +10,18 @@ the inputs that can cause it (docs/limits.md#finite-results).
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 from tpusim.config.requests import CollectiveRequest, GemmRequest, Request, StepRequest, TuneRequest, _OnMesh
+from tpusim.engine.result import bad_number
 from tpusim.errors import NonFiniteError
 
-__all__ = ["bad_number", "finite_result", "suspects"]
+__all__ = ["finite_result", "suspects"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 Q = TypeVar("Q", bound=Request)
-
-# result fields that are times, byte counts or ratios by their name, and so must not be negative
-_NON_NEGATIVE_SUFFIXES = ("_s", "bytes", "bytes_sent", "utilisation", "mfu", "hfu", "flops_per_chip")
-
-
-def _numbers(value: Any, path: str) -> Iterator[tuple[str, float]]:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, float | int):
-        yield path, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _numbers(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            yield from _numbers(item, f"{path}[{index}]")
-
-
-def bad_number(data: dict[str, Any]) -> tuple[str, float] | None:
-    """The first field of a result (as a dict) that is not finite, or is a negative time, byte count or ratio."""
-    for path, value in _numbers(data, ""):
-        if isinstance(value, float) and not math.isfinite(value):
-            return path, value
-        leaf = path.rsplit(".", 1)[-1].split("[", 1)[0]
-        if value < 0 and leaf.endswith(_NON_NEGATIVE_SUFFIXES):
-            return path, value
-    return None
-
 
 def suspects(request: Request) -> list[str]:
     """The request's inputs that can make times overflow, as the caller wrote them: scale factors other than 1,

@@ -10,14 +10,12 @@ results computed from a file before and after an edit.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from tpusim.config import Point
 from tpusim.config.catalog import TRUSTED_DIRS_ENV, inside_any, looks_like_path, trusted_folders
+from tpusim.engine.cache import cache_key
 from tpusim.errors import ConfigError
 from tpusim.hardware import load_hardware
 
@@ -46,11 +44,6 @@ def check_references(points: Sequence[Point], experiment_file: Path | None, sour
                                   f"${TRUSTED_DIRS_ENV}")
 
 
-def _digest(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def reference_digests(points: Sequence[Point]) -> dict[str, str]:
     """For every file the points name, a digest of its content as loaded (``"path" -> digest``)."""
     from tpusim.model.registry import load_model
@@ -61,7 +54,7 @@ def reference_digests(points: Sequence[Point]) -> dict[str, str]:
         for name, value in _named_files(point):
             key = f"{name}:{value}"
             if key not in digests:
-                digests[key] = _digest(loaders[name](value).model_dump())
+                digests[key] = cache_key(loaders[name](value))[:16]
     return digests
 
 
