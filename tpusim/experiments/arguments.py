@@ -6,6 +6,7 @@ surface as a TypeError deep inside a run (nor a truthy string such as ``resume="
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,25 @@ def _flag(name: str, value: Any) -> None:
         raise UserError(f"{name} {value!r} must be True or False")
 
 
+def _seconds(flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} {value!r} must be a finite number of seconds > 0")
+
+
 def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, yes: Any, progress: Any,
-                        cache: Any, scheduler: Any, force: Any = False) -> None:
+                        cache: Any, scheduler: Any, force: Any = False, timeout: Any = None,
+                        connect_timeout: Any = 1.0) -> None:
     """Refuse arguments of the wrong type, naming the argument and what it must be."""
     if not isinstance(experiment, Experiment):
         _path("experiment", experiment, optional=False)
     _path("out", out, optional=False)
     if isinstance(jobs, bool) or not isinstance(jobs, int):
         raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs} must be an integer >= 1")
+    if timeout is not None:
+        _seconds("--timeout", timeout)
+    _seconds("--connect-timeout", connect_timeout)
     _flag("resume", resume)
     _flag("yes", yes)
     _flag("force", force)

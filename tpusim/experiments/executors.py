@@ -21,11 +21,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tpusim.errors import UserError
-from tpusim.experiments.jobs import Done, Job, run_job, timed_point
+from tpusim.experiments.jobs import Done, Job, run_job
 from tpusim.experiments.workers import run_pool
 
 __all__ = ["DASK_CONNECT_TIMEOUT_S", "Done", "Job", "check_scheduler_address", "run_dask", "run_inline", "run_local",
-           "timed_point", "worker_count"]
+           "worker_count"]
 
 DASK_CONNECT_TIMEOUT_S = 10.0
 """How long connecting to a Dask scheduler may take before the run gives up (``--connect-timeout``)."""

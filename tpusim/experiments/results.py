@@ -132,7 +132,8 @@ class ResultsFiles:
         return len(self.points)
 
     def add(self, index: int, point_hash: str, settings: dict[str, Any], outcome: dict[str, Any],
-            row: dict[str, Any], wall_s: float) -> None:
+            wall_s: float) -> None:
+        row = row_of(index, settings, outcome, self.columns)
         self.points[index] = {"index": index, "point_hash": point_hash, "point": settings, "row": row,
                               "error": outcome["error"], "result": outcome["result"]}
         if outcome.get("stopped"):  # stopped before it finished (--timeout): --resume runs it again
@@ -142,6 +143,15 @@ class ResultsFiles:
         self.flush()
 
     def flush(self, meta: dict[str, Any] | None = None) -> None:
+        """Rewrite the three files; a write that fails (a full disk, a file size limit) is one line saying why,
+        and the files written before stay whole, since every write is atomic."""
+        try:
+            self._write(meta)
+        except OSError as error:
+            raise OutputPathError(f"cannot write the results in {str(self.out)!r}: {error.strerror or error}; the "
+                                  "files there stay as they were last written") from None
+
+    def _write(self, meta: dict[str, Any] | None) -> None:
         order = sorted(self.points)
         write_atomic(self.out / "results.csv", render_csv([self.rows[i] for i in order], self.columns))
         document = {

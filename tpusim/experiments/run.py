@@ -13,19 +13,17 @@ the run kill itself with SIGKILL after writing its n-th point: the tests use it 
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpusim.config import Experiment
 from tpusim.config.catalog import EXPERIMENTS
-from tpusim.errors import OutputPathError, UserError
+from tpusim.errors import UserError
 from tpusim.experiments.arguments import check_run_arguments
 from tpusim.experiments.executors import (
     DASK_CONNECT_TIMEOUT_S,
@@ -39,7 +37,7 @@ from tpusim.experiments.lock import folder_lock
 from tpusim.experiments.points import INTERNAL_ERROR
 from tpusim.experiments.references import check_references, digests_of, reference_digests
 from tpusim.experiments.results import ResultsFiles, check_output_dir, render_csv
-from tpusim.experiments.rows import NO_ERROR, csv_columns, row_of
+from tpusim.experiments.rows import NO_ERROR, csv_columns
 from tpusim.experiments.spec import expand, experiment_hash, load_experiment, point_hash
 
 FAULT_ENV = "TPUSIM_FAULT_KILL_AFTER"
@@ -102,37 +100,28 @@ def run_experiment(
     those of the results.csv written there. ``timeout`` bounds each point's seconds; ``connect_timeout`` the
     connection to a Dask ``scheduler``."""
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
-                        scheduler=scheduler, force=force)
+                        scheduler=scheduler, force=force, timeout=timeout, connect_timeout=connect_timeout)
     source = "experiment"
     experiment_file: Path | None = None
     if not isinstance(experiment, Experiment):
         source = str(experiment)
         experiment_file = experiment if isinstance(experiment, Path) else EXPERIMENTS.resolve(experiment)
-        experiment = load_experiment(experiment)
+        experiment = load_experiment(experiment_file)
     if executor not in ("local", "dask"):
         raise UserError(f"--executor {executor!r} is unknown; valid: local, dask")
-    if jobs < 1:
-        raise UserError(f"--jobs {jobs} must be an integer >= 1")
     if scheduler is not None and executor != "dask":
         raise UserError(f"--scheduler {scheduler!r} needs --executor dask (the {executor} executor runs here)")
     notes: list[str] = []
     if executor == "local":
         jobs, capped = worker_count(jobs)
         notes.extend([capped] if capped else [])
-    if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-        raise UserError(f"--timeout {timeout!r} must be a finite number of seconds > 0")
     if timeout is not None and executor == "dask":
         raise UserError(f"--timeout {timeout:g} needs the local executor: a Dask task cannot be stopped once it "
                         "runs")
-    if not (isinstance(connect_timeout, int | float) and math.isfinite(connect_timeout) and connect_timeout > 0):
-        raise UserError(f"--connect-timeout {connect_timeout!r} must be a finite number of seconds > 0")
     if scheduler is not None:
         check_scheduler_address(scheduler)
     points = expand(experiment, source, None if yes else experiment.max_points)  # sized before it is built
     check_references(points, experiment_file, source)
-    if len(points) > experiment.max_points and not yes:
-        raise UserError(f"{source}: the sweep has {len(points)} points, above its max_points of "
-                        f"{experiment.max_points}; rerun with --yes to run them all")
     out_dir = Path(out)
     check_output_dir(out_dir)
     with folder_lock(out_dir), interrupts_raised():
@@ -151,50 +140,48 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
                 force: bool) -> RunSummary:
     """The run itself, in the locked folder ``out_dir``."""
     varying = _varying_keys(experiment)
-    columns = csv_columns([p.model_dump(by_alias=True) for p in points], varying)
+    settings = [p.model_dump(by_alias=True) for p in points]
+    columns = csv_columns(settings, varying)
     digests = reference_digests(points)
     files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment, digests),
                          len(points), columns, force=force)
     if not resume:
         files.claim()
-    skipped = files.resume() if resume else 0
+    if resume:
+        files.resume()
     hashes = [point_hash(p, digests_of(p, digests)) for p in points]
-    # a point stopped before it finished (--timeout, a lost worker) runs again
-    redo = {i for i, entry in files.points.items() if entry.get("stopped")}
-    skipped -= len(redo)
-    todo = [(i, p.model_dump(by_alias=True)) for i, p in enumerate(points)
-            if i not in files.points or files.points[i].get("point_hash") != hashes[i] or i in redo]
-    pending = dict(todo)
-    with _writing(out_dir):
-        files.flush({"started": time.time()})
+    # a point runs unless it finished with these settings; one stopped before it finished (--timeout, a lost
+    # worker) runs again
+    todo = [(i, settings[i]) for i in range(len(points))
+            if i not in files.points or files.points[i].get("point_hash") != hashes[i]
+            or files.points[i].get("stopped")]
+    skipped = len(points) - len(todo)
+    files.flush({"started": time.time()})
     fault_after = int(os.environ.get(FAULT_ENV, "0") or 0)
     start = time.monotonic()
     folder = None if cache is None else str(cache)
     stream = (run_dask(todo, scheduler, jobs, folder, connect_timeout) if executor == "dask"
               else run_local(todo, jobs, folder, timeout))
     stopped: list[str] = []
+    interrupted: Interrupted | None = None
     try:
         for written, (index, outcome, wall) in enumerate(stream, start=1):
             if outcome.get("stopped"):
                 stopped.append(outcome["error"])
-            with _writing(out_dir):
-                files.add(index, hashes[index], pending[index], outcome,
-                          row_of(index, pending[index], outcome, columns), wall)
+            files.add(index, hashes[index], settings[index], outcome, wall)
             if progress is not None:
                 progress(len(files.points), len(points))
             if fault_after and written >= fault_after:
                 os.kill(os.getpid(), signal.SIGKILL)
     except Interrupted as interrupt:
-        stream.close()  # stops every worker before the files are written for the last time
-        with _writing(out_dir):
-            files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
-        raise RunInterrupted(f"interrupted by {signal.Signals(interrupt.signum).name}: {len(files.points)} of "
-                             f"{len(points)} points finished in {str(out_dir)!r}", interrupt.signum,
-                             "run the same command with --resume to finish the rest") from None
+        interrupted = interrupt
     finally:
-        stream.close()
-    with _writing(out_dir):
-        files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
+        stream.close()  # stops every worker before the files are written for the last time
+    files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
+    if interrupted is not None:
+        raise RunInterrupted(f"interrupted by {signal.Signals(interrupted.signum).name}: {len(files.points)} of "
+                             f"{len(points)} points finished in {str(out_dir)!r}", interrupted.signum,
+                             "run the same command with --resume to finish the rest")
     rows = [files.rows[i] for i in sorted(files.rows)]
     summary = RunSummary(out_dir, len(points), len(files.points), skipped,
                          sum(1 for r in rows if r["error"] != NO_ERROR), rows, notes,
@@ -205,17 +192,6 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
                          f"in {str(out_dir)!r} say so{others}",
                          "rerun with --resume (and a larger --timeout) to run them again")
     return summary
-
-
-@contextmanager
-def _writing(out_dir: Path) -> Iterator[None]:
-    """Writes of the results files: one that fails (a full disk, a file size limit) ends the run with one line
-    saying why; the files written before stay whole, since every write is atomic."""
-    try:
-        yield
-    except OSError as error:
-        raise OutputPathError(f"cannot write the results in {str(out_dir)!r}: {error.strerror or error}; the files "
-                              "there stay as they were last written") from None
 
 
 def _varying_keys(experiment: Experiment) -> list[str]:
