@@ -9,11 +9,11 @@ run has finished, so the commands start as fast without the flag.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpusim.cli.common import UsageError
+from tpusim.engine.trace import check_output_file
 from tpusim.errors import OutputPathError, SimulationError
 from tpusim.units import format_time
 from tpusim.vocabulary import Fidelity
@@ -39,16 +39,10 @@ def check_link_map_path(text: str) -> Path:
     if not text.strip():
         raise OutputPathError("--link-map '' is empty; give a .png file path such as linkmap.png")
     path = Path(text)
-    if path.is_dir():
-        raise OutputPathError(f"--link-map {text!r} is a folder; give a .png file path such as "
-                              f"{str(path / 'linkmap.png')!r}")
-    if path.suffix.lower() != SUFFIX:
+    if not path.is_dir() and path.suffix.lower() != SUFFIX:  # a folder is refused as one, just below
         raise OutputPathError(f"--link-map {text!r} does not end in .png; the link map is a PNG picture")
-    folder = path.parent
-    if not folder.is_dir():
-        raise OutputPathError(f"--link-map {text!r}: folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise OutputPathError(f"--link-map {text!r} is not writable; give a path in a writable folder")
+    check_output_file(path, f"--link-map {text!r}",
+                      f"is a folder; give a .png file path such as {str(path / 'linkmap.png')!r}")
     return path
 
 

@@ -17,6 +17,7 @@ import simpy
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.handles import expected_of
 from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.hbm import SpanDone
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.vocabulary import CollectiveOp
@@ -83,20 +84,26 @@ class Device:
     def _busy(self, seconds: float, name: str, flops: float, value: Any, hbm_bytes: float) -> simpy.Event:
         if self.sim.hardware.overlap_slowdown != 1.0 and self.runtime.in_flight.get(self.chip_id, 0):
             seconds *= self.sim.hardware.overlap_slowdown
-        tracer = self.sim.tracer
-        if tracer is not None:
-            name = tracer.label(self.chip_id, name)  # the op issuing it, while it is current
-
-        def traced(start: float, end: float) -> None:
-            if tracer is not None:
-                tracer.compute(self.chip_id, name, start, end, flops, end - start - self.chip.slowdown * seconds)
-
+        traced = self._traced(seconds, name, flops)
         hbm = self.sim.hbm
         if hbm is not None:
             return hbm.occupy(self.chip, seconds, hbm_bytes, flops, value, traced)
         start, end = self.chip.reserve_mxu(self.env.now, seconds, flops)
-        traced(start, end)
+        if traced is not None:
+            traced(start, end)
         return self.env.timeout(end - self.env.now, value)
+
+    def _traced(self, seconds: float, name: str, flops: float) -> SpanDone | None:
+        """What records a compute op of ``seconds`` uncontended in the tracer once it ran; None untraced."""
+        tracer = self.sim.tracer
+        if tracer is None:
+            return None
+        label = tracer.label(self.chip_id, name)  # the op issuing it, while it is current
+
+        def traced(start: float, end: float) -> None:
+            tracer.compute(self.chip_id, label, start, end, flops, end - start - self.chip.slowdown * seconds)
+
+        return traced
 
     def matmul(
         self,

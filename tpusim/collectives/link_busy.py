@@ -31,6 +31,11 @@ class LinkBusy:
     topology: PhysicalTopology | None = None
     scope: str = "the whole run"
 
+    def fill(self, runtime: CollectiveRuntime, *, symmetric: bool, scope: str) -> None:
+        """Take the busy seconds of the finished run of ``runtime`` (``run_link_busy``), covering ``scope``."""
+        self.seconds, self.topology = run_link_busy(runtime, symmetric=symmetric), runtime.network.mapping.topology
+        self.scope = scope
+
 
 def run_link_busy(runtime: CollectiveRuntime, *, symmetric: bool) -> np.ndarray | None:
     """Seconds each directed link was busy in the finished run of ``runtime``, every group included; None on a

@@ -259,14 +259,14 @@ class PhysicalNetwork(Network):
         return self.links.busy.copy()
 
     def busy_of(self, call: CollectiveCall, group: int) -> np.ndarray:
-        # the executor sends every message whole over each hop of its route, holding the link for its bytes
-        # plus the per-transfer overhead (LinkArray.transmit)
+        # the executor sends every message whole over each hop of its route, holding the link as
+        # LinkArray.transmit does
         links = self.links
         busy = np.zeros(links.count)
         for plan in self.plans(call, group):
             on_route = np.arange(plan.route.shape[1]) < plan.hops[:, None]
             route = plan.route[on_route]
             nbytes = np.broadcast_to(plan.nbytes[:, None], plan.route.shape)[on_route]
-            np.add.at(busy, route, nbytes / links.bandwidth[route] + links.overhead)
+            np.add.at(busy, route, links.hold(route, nbytes))
         return busy
 

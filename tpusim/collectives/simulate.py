@@ -16,7 +16,7 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.link_busy import LinkBusy, run_link_busy
+from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import network_for
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
@@ -139,8 +139,7 @@ def simulate_collective(
     run_spmd(sim, runtime, program, lambda dev: ())
     elapsed = float(sim.now)
     if link_busy is not None:
-        link_busy.seconds, link_busy.topology = run_link_busy(runtime, symmetric=False), mapping.topology
-        link_busy.scope = "the collective"
+        link_busy.fill(runtime, symmetric=False, scope="the collective")
     notes: list[str] = []
     twin = network.twin(call)
     if twin is None:

@@ -19,9 +19,9 @@ import simpy
 
 from tpusim.engine.chip import Chip
 
-__all__ = ["HbmLedger", "SharedHbm"]
+__all__ = ["SETTLED", "HbmLedger", "SharedHbm"]
 
-_SETTLED = 1e-12  # seconds: a stretch below this is rounding, not contention
+SETTLED = 1e-12  # seconds: a stretch below this is rounding, not contention
 _FEW = 16  # spans of a batch below which they are filed one by one
 _MAX_ROUNDS = 200  # fixed-point rounds per check; converges geometrically while DMA stays below HBM bandwidth
 
@@ -171,7 +171,7 @@ class SharedHbm:
         def check(_: object = None) -> None:
             now = self.env.now
             end = self.settle(chip, start, seconds, hbm_bytes, now)
-            if end > now + _SETTLED:
+            if end > now + SETTLED:
                 self.env.timeout(end - now).callbacks.append(check)
             else:
                 finish(start, now)
@@ -186,7 +186,7 @@ class SharedHbm:
         for _ in range(_MAX_ROUNDS):
             dma = self.ledger.bytes_between(chip.id, start, end) if hbm_bytes else 0.0
             need = start + chip.slowdown * max(seconds, floor + (hbm_bytes + dma) / self.bandwidth)
-            if need <= end + _SETTLED:
+            if need <= end + SETTLED:
                 return max(end, need)
             end = need
         return end
@@ -196,7 +196,7 @@ class SharedHbm:
                 done: simpy.Event, value: Any) -> None:
         chip.ran(start, end, flops)
         stall = end - start - chip.slowdown * seconds
-        if stall > _SETTLED:
+        if stall > SETTLED:
             chip.hbm_stall += stall
         if on_span is not None:
             on_span(start, end)

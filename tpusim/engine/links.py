@@ -48,12 +48,17 @@ class LinkArray:
     def count(self) -> int:
         return len(self.bandwidth)
 
+    def hold(self, links: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """How long a transfer of ``nbytes[i]`` holds ``links[i]``: its bytes plus the per-transfer overhead."""
+        duration: np.ndarray = nbytes / self.bandwidth[links] + self.overhead
+        return duration
+
     def transmit(self, links: np.ndarray, nbytes: np.ndarray, now: float) -> np.ndarray:
         """Send ``nbytes[i]`` over ``links[i]``, all ready at ``now``; return each arrival time.
 
         Transfers that share a link within the batch are serialized in batch order.
         """
-        duration = nbytes / self.bandwidth[links] + self.overhead
+        duration = self.hold(links, nbytes)
         if len(links) > 1 and not _distinct(links):
             start, end = self._serialize(links, duration, now)
             np.add.at(self.bytes, links, nbytes)

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from tpusim.engine.atomic import replace_atomically
+from tpusim.engine.atomic import write_atomic
+from tpusim.engine.hbm import SETTLED
 from tpusim.errors import OutputPathError
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ Span = tuple[int, str, str, float, float, dict[str, object]]
 MXU = "MXU"
 VECTOR_UNIT = "vector unit"
 HBM_STALL = "HBM stall"
-_SETTLED = 1e-12  # seconds: an HBM stretch below this is rounding, not a stall (as engine/hbm.py)
 _US = 1e6  # trace-event times are microseconds
 _NS_DIGITS = 3  # decimals of a microsecond kept: nanoseconds
 
@@ -115,7 +115,7 @@ class Tracer:
     def label(self, chip: int, name: str) -> str:
         """``name`` of work ``chip`` issues now, prefixed with the op it runs (``"L2 fwd ff1 K3/8 gemm"``)."""
         scope = self.scope.get(chip)
-        if not scope or name == scope:
+        if not scope:
             return name
         return f"{scope} {name}" if name else scope
 
@@ -126,7 +126,7 @@ class Tracer:
             self.record(chip, MXU, name, start, end, flops=flops)
         else:
             self.record(chip, VECTOR_UNIT, name, start, end)
-        if stall > _SETTLED:
+        if stall > SETTLED:
             self.record(chip, HBM_STALL, f"{name} HBM stall", end - stall, end, stall_s=stall)
 
     def collective(self, chip: int, axis: int, op: str, name: str, start: float, end: float, nbytes: float,
@@ -272,7 +272,7 @@ class Tracer:
     def write(self, path: Path) -> None:
         """Write the trace to ``path`` atomically."""
         text = json.dumps(self.to_chrome(), separators=(",", ":"), allow_nan=False)
-        replace_atomically(path, lambda handle: handle.write(text.encode()))
+        write_atomic(path, text)
 
 
 def _us(seconds: float) -> float:
@@ -310,7 +310,7 @@ def _covering(spans: list[tuple[float, float, int]], when: float) -> tuple[float
     """The latest-starting span (sorted by start) that covers ``when``."""
     at = bisect.bisect_right(spans, (when, float("inf"), 0))
     for k in range(at - 1, -1, -1):
-        if spans[k][1] >= when - _SETTLED:
+        if spans[k][1] >= when - SETTLED:
             return spans[k]
     return None
 
@@ -322,15 +322,20 @@ def row_and_column(mapping: MeshMapping, chip: int) -> frozenset[int]:
     return frozenset({mapping.chip(i, c) for c in range(cols)} | {mapping.chip(r, j) for r in range(rows)})
 
 
+def check_output_file(path: Path, subject: str, when_folder: str) -> None:
+    """Fail before any simulation if a file cannot be written to ``path``: each message starts with ``subject``
+    (``"trace path 'x.json'"``), followed by ``when_folder`` where ``path`` is a folder."""
+    if path.is_dir():
+        raise OutputPathError(f"{subject} {when_folder}")
+    if not path.parent.is_dir():
+        raise OutputPathError(f"{subject}: folder {str(path.parent)!r} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OutputPathError(f"{subject} is not writable; give a path in a writable folder")
+
+
 def check_trace_path(path: Path) -> None:
     """Fail before any simulation if a trace cannot be written to ``path``."""
-    if path.is_dir():
-        raise OutputPathError(f"trace path {str(path)!r} is a directory; give a file path such as trace.json")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputPathError(f"trace path {str(path)!r}: folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise OutputPathError(f"trace path {str(path)!r} is not writable; give a path in a writable folder")
+    check_output_file(path, f"trace path {str(path)!r}", "is a directory; give a file path such as trace.json")
 
 
 def parse_chip_list(text: str) -> frozenset[int]:

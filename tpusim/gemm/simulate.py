@@ -15,7 +15,7 @@ import numpy as np
 
 from tpusim.collectives.accounting import account
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.link_busy import LinkBusy, run_link_busy
+from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
@@ -164,8 +164,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
     run = account(sim, runtime, symmetric=symmetric)
     if link_busy is not None:
-        link_busy.seconds, link_busy.topology = run_link_busy(runtime, symmetric=symmetric), mapping.topology
-        link_busy.scope = "the GeMM"
+        link_busy.fill(runtime, symmetric=symmetric, scope="the GeMM")
     notes: list[str] = [why] if why else []
     error = None
     if verify:

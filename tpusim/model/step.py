@@ -10,9 +10,9 @@ ops, each simulated once. Breakdowns come from the critical chip.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from tpusim.topology import MeshMapping
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
 __all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
+
+_Value = TypeVar("_Value", float, np.ndarray)  # a number of the step, or one per directed link
 
 
 @dataclass
@@ -150,9 +152,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                            chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None) for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
-            if len(values) == 1:
-                return values[0]
-            return values[0] + (total_layers - sizes[0]) * (values[1] - values[0])
+            return _extrapolate(values, sizes, total_layers)
 
         step_time = extrapolate([w.account.elapsed for w in windows])
         if link_busy is not None:
@@ -209,18 +209,27 @@ def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, 
     return step_model_flops(spec) / (peak * step_time), step_hardware_flops(spec) / (peak * step_time)
 
 
+def _extrapolate(values: Sequence[_Value], sizes: list[int], layers: int) -> _Value:
+    """The whole step's value from those of the simulated windows of ``sizes`` layers: T(L) = T(w) + (L - w)
+    (T(w + 1) - T(w)), or the one window's where all ``layers`` were simulated."""
+    if len(values) == 1:
+        return values[0]
+    value: _Value = values[0] + (layers - sizes[0]) * (values[1] - values[0])
+    return value
+
+
 def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], sizes: list[int], layers: int) -> None:
     """Every link's busy seconds over the whole step from the simulated windows, as the step time is extrapolated
     (one more layer adds the same transfers, so the difference of the windows is one layer's)."""
-    if windows[0] is None or windows[-1] is None:
+    arrays = [seconds for seconds in windows if seconds is not None]
+    if len(arrays) < len(windows):
         return
-    if len(windows) == 1:
-        link_busy.seconds = windows[0]
+    if len(arrays) == 1:
+        link_busy.seconds = arrays[0]
         link_busy.scope = f"the whole step ({layers} layers simulated)"
         return
-    extrapolated = windows[0] + (layers - sizes[0]) * (windows[1] - windows[0])
     # a link idle in both windows stays exactly 0; elsewhere the difference only drops rounding
-    link_busy.seconds = np.maximum(extrapolated, 0.0)
+    link_busy.seconds = np.maximum(_extrapolate(arrays, sizes, layers), 0.0)
     link_busy.scope = (f"the whole {layers}-layer step, extrapolated from {sizes[0]} and {sizes[1]} simulated "
                        "layers")
 
@@ -251,12 +260,12 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
                                                         link_busy=bare_busy)
     if link_busy is not None and one_busy is not None and bare_busy is not None:
         if one_busy.seconds is not None and bare_busy.seconds is not None:
-            link_busy.seconds = m * bare_busy.seconds + one_busy.seconds - bare_busy.seconds
+            link_busy.seconds = _accumulated(m, one_busy.seconds, bare_busy.seconds)
         link_busy.topology = one_busy.topology
         link_busy.scope = f"{one_busy.scope}, times {m} micro-batches"
 
     def total(name: str) -> float:
-        return float(m * getattr(bare, name) + getattr(one, name) - getattr(bare, name))
+        return float(_accumulated(m, getattr(one, name), getattr(bare, name)))
 
     step_time = total("step_time_s")
     mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
@@ -269,13 +278,19 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     )
 
 
+def _accumulated(m: int, one: _Value, bare: _Value) -> _Value:
+    """A step of ``m`` micro-batches from a micro-step with the optimizer update (``one``) and without (``bare``)."""
+    total: _Value = m * bare + one - bare
+    return total
+
+
 def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, int]],
                 link_busy: LinkBusy | None = None) -> tuple[float, float, float, float, float, list[OpTiming]]:
     """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once;
     ``link_busy`` gets the sum of the ops' link busy times the same way."""
     seen: dict[str, OpTiming] = {}
     stalls: dict[str, float] = {}
-    busy: dict[str, np.ndarray | None] = {}
+    busy: dict[str, np.ndarray] = {}  # of the ops whose network has links
 
     def timing(op: Op) -> OpTiming:
         if op.name not in seen:
@@ -291,7 +306,8 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
                 assert g.hbm_stall_s is not None
                 seen[op.name] = OpTiming(op.name, g.time_s, g.compute_s, g.exposed_comm_s, g.idle_s)
                 stalls[op.name] = g.hbm_stall_s
-                busy[op.name] = None if links is None else links.seconds
+                if links is not None and links.seconds is not None:
+                    busy[op.name] = links.seconds
             else:
                 ran = run_ops(fresh(), [(op, 0)], plan.gemms, representatives=reps,
                               keep_link_busy=link_busy is not None)
@@ -299,7 +315,8 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
                 seen[op.name] = OpTiming(op.name, run.elapsed, run.parts.compute, run.parts.exposed,
                                          run.parts.idle)
                 stalls[op.name] = run.hbm_stall
-                busy[op.name] = ran.link_busy
+                if ran.link_busy is not None:
+                    busy[op.name] = ran.link_busy
         return seen[op.name]
 
     layer = [timing(op) for op in plan.forward + plan.backward]
@@ -311,11 +328,9 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
 
     stall = float(layers * sum(stalls[t.op] for t in layer) + sum(stalls[t.op] for t in once))
     if link_busy is not None:
-        weighted = [(busy[t.op], layers) for t in layer] + [(busy[t.op], 1) for t in once]
-        arrays = [seconds for seconds, _ in weighted if seconds is not None]
-        if arrays and len(arrays) == len(weighted):  # a network without links has none
-            link_busy.seconds = sum((weight * seconds for seconds, weight in weighted if seconds is not None),
-                                    np.zeros(len(arrays[0])))
+        if busy and all(t.op in busy for t in layer + once):  # a network without links has none
+            zero = np.zeros(len(next(iter(busy.values()))))
+            link_busy.seconds = layers * sum((busy[t.op] for t in layer), zero) + sum((busy[t.op] for t in once), zero)
         link_busy.scope = f"the whole {layers}-layer step, each distinct op simulated once and summed"
     return total("time_s"), total("compute_s"), total("exposed_comm_s"), total("idle_s"), stall, layer
 
