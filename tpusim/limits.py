@@ -11,14 +11,16 @@ This module imports nothing from tpusim but the errors, so every layer may check
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from tpusim.errors import UserError
 
-__all__ = ["ENV_PREFIX", "LIMITS", "MEMORY_ENV", "Limit", "LimitError", "available_memory", "check_memory", "exceeds",
-           "limit_of", "shorten"]
+__all__ = ["BEYOND_ANY_LIMIT", "ENV_PREFIX", "LIMITS", "LIMIT_DIGITS", "MEMORY_ENV", "Limit", "LimitError",
+           "available_memory", "capped_int", "check_memory", "exceeds", "limit_of", "shape_chips", "shorten",
+           "verify_operand_bytes"]
 
 ENV_PREFIX = "TPUSIM_LIMITS_"
 DOCS = "docs/limits.md"
@@ -88,6 +90,32 @@ def exceeds(name: str, amount: int) -> str | None:
     limit = LIMITS[name]
     return (f"exceeds the limit of {bound} {limit.counts}; valid: up to {bound} (raise it with "
             f"{limit.env}=N, see {DOCS})")
+
+
+LIMIT_DIGITS = 19
+"""Digits of an integer that no limit reaches (limits are at most 2**63); longer text is refused before ``int``
+(which refuses 4300 digits anyway)."""
+BEYOND_ANY_LIMIT: int = 10**LIMIT_DIGITS
+
+
+def capped_int(digits: str) -> int:
+    """The integer a string of decimal digits writes; one too long to convert stands as ``BEYOND_ANY_LIMIT``."""
+    return BEYOND_ANY_LIMIT if len(digits) > LIMIT_DIGITS else int(digits)
+
+
+def shape_chips(shape: str) -> int:
+    """The chips of a shape ``"AxBxC"`` (decimal sides), each side as ``capped_int`` converts it: checked against
+    the limit ``chips`` before a side too long to convert is converted."""
+    return math.prod(capped_int(side) for side in shape.split("x"))
+
+
+_FLOAT64_BYTES = 8
+
+
+def verify_operand_bytes(m: int, n: int, k: int) -> int:
+    """Bytes of the float64 operands of a ``--verify`` GeMM: X [M,K], W [K,N] and the product Y [M,N]
+    (tpusim.gemm.simulate)."""
+    return _FLOAT64_BYTES * (m * k + k * n + m * n)
 
 
 def shorten(text: str, keep: int = 24) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -101,8 +100,7 @@ def _nan_with_digest(path: Path) -> None:
     # a consistent digest does not make an implausible value trusted
     entry = json.loads(path.read_text())
     entry["value"]["time_s"] = float("nan")
-    entry["digest"] = hashlib.sha256(json.dumps(entry["value"], sort_keys=True, separators=(",", ":"))
-                                     .encode()).hexdigest()
+    entry["digest"] = cache_key(entry["value"])
     path.write_text(json.dumps(entry))
 
 

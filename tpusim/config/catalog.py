@@ -17,7 +17,7 @@ from pathlib import Path
 from tpusim.errors import ConfigError, unknown_name
 
 __all__ = ["CONFIG_DIR_ENV", "EXPERIMENTS", "HARDWARE", "MODELS", "TRUSTED_DIRS_ENV", "Catalog", "data_root",
-           "inside_any", "looks_like_path", "trusted_folders"]
+           "inside_trusted", "looks_like_path", "trusted_folders"]
 
 CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
 TRUSTED_DIRS_ENV = "TPUSIM_TRUSTED_DIRS"
@@ -43,13 +43,14 @@ def trusted_folders() -> list[Path]:
     return [folder.resolve() for folder in folders]
 
 
-def inside_any(path: Path, folders: list[Path]) -> bool:
-    """Whether ``path``, with every symbolic link resolved, lies inside one of ``folders``."""
+def inside_trusted(path: Path, home: Path) -> bool:
+    """Whether ``path``, with every symbolic link resolved, lies inside ``home`` (a resolved folder) or one of the
+    ``trusted_folders``."""
     try:
         real = path.resolve()
     except (OSError, RuntimeError):
         return False
-    return any(real.is_relative_to(folder) for folder in folders)
+    return any(real.is_relative_to(folder) for folder in (home, *trusted_folders()))
 
 
 def looks_like_path(text: str) -> bool:

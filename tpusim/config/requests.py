@@ -27,7 +27,16 @@ from tpusim.config.hardware import HardwareProfile
 from tpusim.config.loader import FrozenModel, Problem, first_error, problem, render_problem
 from tpusim.config.model import TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
-from tpusim.limits import LimitError, exceeds, shorten
+from tpusim.limits import (
+    BEYOND_ANY_LIMIT,
+    LIMIT_DIGITS,
+    LimitError,
+    capped_int,
+    exceeds,
+    shape_chips,
+    shorten,
+    verify_operand_bytes,
+)
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
 from tpusim.vocabulary import Attention, Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
 
@@ -43,7 +52,6 @@ __all__ = [
     "parse_request",
 ]
 
-_FLOAT64_BYTES = 8
 _SHOWN_CHARACTERS = 40
 
 FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
@@ -64,18 +72,13 @@ def _count(value: Any) -> int:
         raise problem("must be an integer >= 1") from None
 
 
-_DIGITS_BEYOND_ANY_LIMIT = 19
-"""Digits of an integer that no limit reaches (limits are at most 2**63); longer text is refused before ``int``."""
-_BEYOND_ANY_LIMIT: int = 10**_DIGITS_BEYOND_ANY_LIMIT
-
-
 def _limited(name: str) -> Callable[[Any], int]:
     """A count (integer >= 1) that must also be within the size limit ``name`` (tpusim.limits)."""
 
     def check(value: Any) -> int:
         text = str(value).strip() if isinstance(value, str) else ""
-        if text.isdigit() and len(text) > _DIGITS_BEYOND_ANY_LIMIT:
-            number = _BEYOND_ANY_LIMIT  # stands for any integer too long to convert (or to be a float)
+        if text.isdigit() and len(text) > LIMIT_DIGITS:
+            number = BEYOND_ANY_LIMIT  # stands for any integer too long to convert (or to be a float)
         else:
             number = _count(value)
         too_many = exceeds(name, number)
@@ -174,12 +177,12 @@ def _mesh(value: Any) -> str:
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
         return f"{value[0]}x{value[1]}"
     match = _MESH.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None or int(match.group(1)[:_DIGITS_BEYOND_ANY_LIMIT]) < 1 or int(
-            (match.group(2) or "1")[:_DIGITS_BEYOND_ANY_LIMIT]) < 1:
+    if match is None or int(match.group(1)[:LIMIT_DIGITS]) < 1 or int(
+            (match.group(2) or "1")[:LIMIT_DIGITS]) < 1:
         raise problem(f"mesh {shorten(repr(value), _SHOWN_CHARACTERS)} is not a mesh shape; valid: 'RxC' with "
                       "whole numbers >= 1 (e.g. '16x16'), one number N for an N x 1 mesh, or a pair (R, C)",
                       style=Problem.PLAIN, category="topology")
-    rows, cols = (_side(match.group(1)), _side(match.group(2) or "1"))
+    rows, cols = (capped_int(match.group(1)), capped_int(match.group(2) or "1"))
     too_many = exceeds("chips", rows * cols)
     if too_many is not None:
         raise problem(f"mesh {shorten(value.strip())!r} has {_chips_text(rows * cols)} chips, which {too_many}",
@@ -187,13 +190,8 @@ def _mesh(value: Any) -> str:
     return f"{rows}x{cols}"
 
 
-def _side(digits: str) -> int:
-    """A side of a mesh or topology; one too long to convert stands as 10**19, beyond every limit."""
-    return _BEYOND_ANY_LIMIT if len(digits) > _DIGITS_BEYOND_ANY_LIMIT else int(digits)
-
-
 def _chips_text(chips: int) -> str:
-    return f"more than {_BEYOND_ANY_LIMIT:.0e}" if chips >= _BEYOND_ANY_LIMIT else str(chips)
+    return f"more than {BEYOND_ANY_LIMIT:.0e}" if chips >= BEYOND_ANY_LIMIT else str(chips)
 
 
 _TOPOLOGY_SIDES = re.compile(r"(?:[a-z0-9]+:)?(\d+(?:x\d+)*)")
@@ -204,7 +202,7 @@ def _topology(value: Any) -> Any:
     against the limit here, so that a sweep refuses it before any point runs."""
     match = _TOPOLOGY_SIDES.fullmatch(value.strip()) if isinstance(value, str) else None
     if match is not None:
-        chips = math.prod(_side(side) for side in match.group(1).split("x"))
+        chips = shape_chips(match.group(1))
         too_many = exceeds("chips", chips)
         if too_many is not None:
             raise problem(f"topology {shorten(value.strip())!r} has {_chips_text(chips)} chips, which {too_many}",
@@ -265,10 +263,8 @@ def _overlap_limit(value: Any) -> int | str:
 
 
 UNLIMITED = "unlimited"
-Count = Annotated[int, BeforeValidator(_count), Field(json_schema_extra={"type": "integer", "minimum": 1})]
-
-
 _COUNT_SCHEMA = Field(json_schema_extra={"type": "integer", "minimum": 1})
+Count = Annotated[int, BeforeValidator(_count), _COUNT_SCHEMA]
 # counts with a size limit (tpusim.limits): the limit in force is read when a value is checked
 Chips = Annotated[int, BeforeValidator(_limited("chips")), _COUNT_SCHEMA]
 Chunks = Annotated[int, BeforeValidator(_limited("chunks")), _COUNT_SCHEMA]
@@ -430,8 +426,7 @@ class GemmRequest(_Algorithm):
     @model_validator(mode="after")
     def _verify_fits(self) -> Self:
         if self.verify:
-            # float64 X [M,K], W [K,N] and the product Y [M,N] (tpusim.gemm.simulate)
-            operands = _FLOAT64_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
+            operands = verify_operand_bytes(self.m, self.n, self.k)
             too_many = exceeds("verify_bytes", operands)
             if too_many is not None:
                 raise problem(f"verify of M={self.m} N={self.n} K={self.k} needs {operands} bytes of operands, "

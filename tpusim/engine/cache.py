@@ -28,7 +28,7 @@ from tpusim.engine.result import bad_number
 from tpusim.errors import OutputPathError
 
 _MEMORY_ENTRIES = 4096
-_FORMAT = 1
+_FORMAT = 2
 
 
 def _default(value: Any) -> Any:
@@ -48,16 +48,12 @@ def cache_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 def _unwrap(key: str, entry: Any) -> dict[str, Any] | None:
     """The value of a disk entry, or None when the entry is not a sound envelope for ``key``."""
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
         return None
     value = entry.get("value")
-    if not isinstance(value, dict) or entry.get("digest") != _digest(value) or bad_number(value) is not None:
+    if not isinstance(value, dict) or entry.get("digest") != cache_key(value) or bad_number(value) is not None:
         return None
     return value
 
@@ -111,7 +107,7 @@ class TimingCache:
         self._remember(key, value)
         if self.folder is not None and bad_number(value) is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            entry = {"format": _FORMAT, "key": key, "digest": _digest(value), "value": value}
+            entry = {"format": _FORMAT, "key": key, "digest": cache_key(value), "value": value}
             write_atomic(self.folder / f"{key}.json", json.dumps(entry, sort_keys=True, allow_nan=False))
 
     def adopt(self, entries: Iterable[tuple[str, dict[str, Any]]]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tpusim.limits import check_memory
+from tpusim.limits import check_memory, verify_operand_bytes
 from tpusim.vocabulary import Fidelity
 
 __all__ = ["check_gemm_memory", "check_step_memory"]
@@ -21,7 +21,6 @@ BASE_BYTES = 48e6
 FULL_BYTES_PER_CHIP_POWER = 7.5e3
 CHIP_POWER = 1.5
 VERIFY_OPERAND_FACTOR = 2.5
-_FLOAT64_BYTES = 8
 _INSTEAD = "use fidelity auto or symmetric, or fewer chips"
 
 
@@ -39,7 +38,7 @@ def check_gemm_memory(chips: int, fidelity: str, verify: bool, m: int, n: int, k
     """Refuse a full-fidelity or verified GeMM the machine cannot hold."""
     needed = _full(chips) if fidelity == Fidelity.FULL else BASE_BYTES
     if verify:
-        needed += VERIFY_OPERAND_FACTOR * _FLOAT64_BYTES * (m * k + k * n + m * n)
+        needed += VERIFY_OPERAND_FACTOR * verify_operand_bytes(m, n, k)
     if needed > BASE_BYTES:
         what = f"a {'full-fidelity ' if fidelity == Fidelity.FULL else ''}{'verified ' if verify else ''}GeMM " \
                f"of M={m} N={n} K={k} on {chips} chips"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tpusim.config import Point
-from tpusim.config.catalog import TRUSTED_DIRS_ENV, inside_any, looks_like_path, trusted_folders
+from tpusim.config.catalog import TRUSTED_DIRS_ENV, inside_trusted, looks_like_path
 from tpusim.engine.cache import cache_key
 from tpusim.errors import ConfigError
 from tpusim.hardware import load_hardware
@@ -35,10 +35,9 @@ def check_references(points: Sequence[Point], experiment_file: Path | None, sour
     """Refuse a point that names a file outside the experiment's folder (or the working folder for an experiment
     given as an object), the packaged data and the trusted folders."""
     home = (experiment_file.resolve().parent if experiment_file is not None else Path.cwd().resolve())
-    allowed = [home, *trusted_folders()]
     for index, point in enumerate(points):
         for name, value in _named_files(point):
-            if not inside_any(Path(value), allowed):
+            if not inside_trusted(Path(value), home):
                 raise ConfigError(f"{source} (sweep point {index}): {name}: {value!r} is outside the experiment's "
                                   f"folder {str(home)!r}; put the file there or add its folder to "
                                   f"${TRUSTED_DIRS_ENV}")

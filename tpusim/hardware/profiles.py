@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from tpusim.config.catalog import HARDWARE, TRUSTED_DIRS_ENV, inside_any, looks_like_path, trusted_folders
+from tpusim.config.catalog import HARDWARE, TRUSTED_DIRS_ENV, inside_trusted, looks_like_path
 from tpusim.config.hardware import (
     CalibratedProfile,
     HardwareProfile,
@@ -68,14 +68,14 @@ def _merged_mapping(path: Path, shown: str, chain: tuple[Path, ...]) -> dict[str
         raise ConfigError(f"{shown}: base: {base!r} is not a {_WHAT} name")
     base_path = _locate_base(base, path, shown)
     seen = (*chain, path)
-    if len(seen) >= MAX_BASE_DEPTH and base_path not in seen:
+    if base_path in seen:
+        cycle = " -> ".join(p.stem for p in (*seen, base_path))
+        raise ConfigError(f"{shown}: base: inheritance cycle {cycle}")
+    if len(seen) >= MAX_BASE_DEPTH:
         names = [p.stem for p in (*seen, base_path)]
         raise ConfigError(f"{HARDWARE.shown(seen[0])}: base: a chain of more than {MAX_BASE_DEPTH} profiles "
                           f"({' -> '.join(names[:3])} -> ... -> {' -> '.join(names[-2:])}); valid: at most "
                           f"{MAX_BASE_DEPTH} profiles from a file to its last base")
-    if base_path in seen:
-        cycle = " -> ".join(p.stem for p in (*seen, base_path))
-        raise ConfigError(f"{shown}: base: inheritance cycle {cycle}")
     base_shown = HARDWARE.shown(base_path)
     inherited = _merged_mapping(base_path, base_shown, seen)
     # Validating the base on its own makes its mistakes name its own file, not the child's.
@@ -93,7 +93,7 @@ def _locate_base(base: str, child: Path, shown: str) -> Path:
         candidate = Path(base)
         located = (candidate if candidate.is_absolute() else child.parent / candidate).resolve()
         # a profile may build on files beside it, the packaged ones or trusted folders, never on any file at all
-        if not inside_any(located, [child.resolve().parent, *trusted_folders()]):
+        if not inside_trusted(located, child.resolve().parent):
             raise ConfigError(f"{shown}: base: {base!r} is outside the profile's folder; put the base profile "
                               f"beside it or add its folder to ${TRUSTED_DIRS_ENV}")
         return located

@@ -95,6 +95,16 @@ class PhysicalTopology:
         return len(self._coords)
 
     @property
+    def coords(self) -> np.ndarray:
+        """[chips, axes]: every chip's physical coordinates, read-only (row ``chip`` is ``coord(chip)``)."""
+        return self._coords
+
+    @property
+    def radix(self) -> np.ndarray:
+        """[axes]: the chip-id stride of each axis, read-only (``chip = coords @ radix``)."""
+        return self._radix
+
+    @property
     def num_links(self) -> int:
         """Number of directed ICI links."""
         return len(self.link_src)

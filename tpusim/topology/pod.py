@@ -65,30 +65,36 @@ class PodMapping:
         }
 
 
-def _sub_topology(topology: PhysicalTopology, keep: tuple[int, ...]) -> PhysicalTopology:
+_Replica = tuple[tuple[int, ...], PhysicalTopology]
+"""The physical axes a replica keeps (those of size > 1 the data axis does not take) and its sub-topology."""
+
+
+def _replica(topology: PhysicalTopology, data_axes: tuple[int, ...]) -> _Replica:
     """The topology of one replica: the kept axes with their sizes, wraparound and names."""
+    keep = tuple(a for a in range(len(topology.dims)) if a not in data_axes and topology.dims[a] > 1)
     names = tuple(topology.axis_names[a] for a in keep)
     sub = build_topology(f"{topology.name} replica ({','.join(names) or 'one chip'})",
                          [topology.dims[a] for a in keep] or [1], [topology.wrap[a] for a in keep] or [False])
-    return dataclasses.replace(sub, axis_names=names or ("x",))
+    return keep, dataclasses.replace(sub, axis_names=names or ("x",))
 
 
-def _choices(topology: PhysicalTopology, data: int, rows: int, cols: int) -> list[tuple[int, ...]]:
-    """Subsets of physical axes with D chips, best first (see the module docstring)."""
+def _choices(topology: PhysicalTopology, data: int, rows: int,
+             cols: int) -> list[tuple[tuple[int, ...], _Replica]]:
+    """Subsets of physical axes with D chips, best first (see the module docstring), each with its replica."""
     axes = [a for a, size in enumerate(topology.dims) if size > 1]
-    ranked: list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[int, ...]]] = []
+    ranked: list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[int, ...], _Replica]] = []
     for count in range(len(axes) + 1):
         for subset in itertools.combinations(axes, count):
             if math.prod(topology.dims[a] for a in subset) != data:
                 continue
-            keep = tuple(a for a in range(len(topology.dims)) if a not in subset and topology.dims[a] > 1)
-            pieces = choose_pieces(_sub_topology(topology, keep), rows, cols)
+            replica = _replica(topology, subset)
+            pieces = choose_pieces(replica[1], rows, cols)
             if pieces is None:
                 continue
             whole = all(p.whole for group in pieces for p in group)
             wrapped = sum(topology.wrap[a] for a in subset)
-            ranked.append(((0 if whole else 1, count, -wrapped, tuple(-a for a in subset)), subset))
-    return [subset for _, subset in sorted(ranked)]
+            ranked.append(((0 if whole else 1, count, -wrapped, tuple(-a for a in subset)), subset, replica))
+    return [(subset, replica) for _, subset, replica in sorted(ranked, key=lambda item: item[0])]
 
 
 def _named_axes(text: str, topology: PhysicalTopology) -> tuple[int, ...]:
@@ -115,6 +121,7 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
         if math.prod(topology.dims[a] for a in chosen) != data:
             raise TopologyError(f"data axes {data_axes!r} have {math.prod(topology.dims[a] for a in chosen)} chips "
                                 f"on {topology.name!r}, not the {data} of the data axis")
+        keep, sub = _replica(topology, chosen)
     else:
         found = _choices(topology, data, rows, cols)
         if not found:
@@ -123,22 +130,18 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
             raise TopologyError(f"a data axis of {data} chips cannot take whole physical axes of {topology.name!r} "
                                 f"and leave a {rows}x{cols} mesh; valid data-parallel degrees here: "
                                 f"{', '.join(str(s) for s in sides)}")
-        chosen = found[0]
-    keep = tuple(a for a in range(len(topology.dims)) if a not in chosen and topology.dims[a] > 1)
-    sub = _sub_topology(topology, keep)
+        chosen, (keep, sub) = found[0]
     replica = map_mesh(sub, rows, cols, axis_map)
     names = topology.axis_names
     view_map = f"{'*'.join(names[a] for a in chosen) or '1'},{'*'.join(names[a] for a in keep) or '1'}"
     data_view = map_mesh(topology, data, rows * cols, view_map)
     # replica d's chips: its data-ring offset added to the sub-topology coordinates laid on the kept axes
-    radix = np.cumprod((1, *topology.dims[:-1]), dtype=np.int64)
-    sub_coords = np.array([sub.coord(q) for q in range(sub.num_chips)], dtype=np.int64).reshape(sub.num_chips, -1)
     base = np.zeros((sub.num_chips, len(topology.dims)), dtype=np.int64)
     for position, axis in enumerate(keep):
-        base[:, axis] = sub_coords[:, position]
+        base[:, axis] = sub.coords[:, position]
     ring = data_view.axes[0].groups[0].members  # replica order: the data ring through the chip at the origin
-    origin = np.array([topology.coord(chip) for chip in ring], dtype=np.int64)
-    chips = (origin[:, None, :] + base[None, :, :]) @ radix
+    origin = topology.coords[list(ring)]
+    chips = (origin[:, None, :] + base[None, :, :]) @ topology.radix
     links = np.array([[topology.link_id(int(chips[d, s]), int(chips[d, t]))
                        for s, t in zip(sub.link_src, sub.link_dst, strict=True)] for d in range(data)],
                      dtype=np.int64).reshape(data, sub.num_links)

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from tpusim.errors import TopologyError
-from tpusim.limits import LimitError, exceeds, shorten
+from tpusim.limits import LimitError, exceeds, shape_chips, shorten
 from tpusim.topology.physical import PhysicalTopology, build_topology
 
 
@@ -103,7 +103,6 @@ def _valid_forms(rules: SliceRules) -> str:
             "(1 to 4 sides)")
 _SPEC = re.compile(r"(?:(?P<kind>[a-z0-9]+):)?(?P<dims>\d+(?:x\d+)*)")
 MAX_GENERIC_AXES = 4
-_LONGEST_SIDE = 19  # digits; a longer side exceeds every chip limit (and int() refuses 4300 digits)
 
 
 
@@ -203,12 +202,11 @@ def parse_topology(spec: str, rules: SliceRules = TPUV4_RULES) -> PhysicalTopolo
     if match is None:
         raise TopologyError(f"cannot parse topology {spec!r}; {_valid_forms(rules)}")
     kind = match.group("kind") or rules.generation
-    digits = match.group("dims").split("x")
     # checked before any side is converted or any link built: 'torus:65536x65536' would need 32 GiB of arrays
-    too_many = exceeds("chips", math.prod(int(d) if len(d) <= _LONGEST_SIDE else 10**_LONGEST_SIDE for d in digits))
+    too_many = exceeds("chips", shape_chips(match.group("dims")))
     if too_many is not None:
         raise LimitError(f"topology {shorten(spec.strip())!r} has more chips than the limit: it {too_many}")
-    sides = tuple(int(d) for d in digits)
+    sides = tuple(int(d) for d in match.group("dims").split("x"))
     if kind == rules.generation:
         return _slice(sides, spec, rules)
     if kind not in ("torus", "mesh"):
