@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -76,6 +77,14 @@ def positive_number_arg(flag: str) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser, help_text: str, *, flag: str = "--trace",
+                        chips_default: str = "default: chip (0,0)'s row and column") -> None:
+    """``flag``, the Chrome/Perfetto trace file (``help_text``), and ``--trace-chips``, the chips it records
+    (``chips_default`` says which without it)."""
+    parser.add_argument(flag, help=help_text)
+    parser.add_argument("--trace-chips", help=f"chips to trace, e.g. '0,3,5-7' ({chips_default})")
 
 
 def emit_json(payload: dict[str, Any]) -> None:

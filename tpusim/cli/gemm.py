@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import emit_json, network_text, note, stall_text
+from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import GemmRequest
@@ -14,8 +14,7 @@ from tpusim.units import format_time
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("gemm", help="simulate one distributed GeMM")
     add_request_arguments(p, GemmRequest)
-    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
-    p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default all)")
+    add_trace_arguments(p, "write a Chrome/Perfetto trace JSON here", chips_default="default all")
     add_link_map_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)

@@ -17,15 +17,17 @@ __all__ = ["Bar"]
 
 class Bar:
     """A tqdm bar on ``stream`` (default: standard error) counting ``unit``s, drawn after ``delay_s`` seconds
-    (so that a command that turns out quick shows none); nothing when the stream is not a terminal."""
+    (so that a command that turns out quick shows none); nothing when the stream is not a terminal, or when
+    ``quiet``."""
 
-    def __init__(self, unit: str, *, stream: TextIO | None = None, delay_s: float = 0.0) -> None:
+    def __init__(self, unit: str, *, stream: TextIO | None = None, delay_s: float = 0.0,
+                 quiet: bool = False) -> None:
         target = stream if stream is not None else sys.stderr
         isatty = getattr(target, "isatty", None)
         self._bar: Any = None
         self._final: tuple[int, int | None] = (0, None)
         self._label: str | None = None
-        if callable(isatty) and isatty():
+        if not quiet and callable(isatty) and isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=None, unit=unit, file=target, delay=delay_s, dynamic_ncols=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from tpusim.cli.common import count_arg, emit_json, name_arg, note, out_dir_arg, positive_number_arg
+from tpusim.cli.progress import Bar
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,26 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from tpusim.experiments.run import run_experiment
 
-    bar = None
-    if not args.quiet and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=0, unit="point", file=sys.stderr)
-
-    def progress(done: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
-    try:
+    with Bar("point", quiet=args.quiet) as bar:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
                                  scheduler=args.scheduler, resume=args.resume, timeout=args.timeout, force=args.force,
-                                 yes=args.yes, progress=progress, cache=args.context.cache_folder,
+                                 yes=args.yes, progress=bar.update, cache=args.context.cache_folder,
                                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
-    finally:
-        if bar is not None:
-            bar.close()
     failed = 1 if summary.internal_errors else 0  # a bug met in some point: the others ran, the run still fails
     if args.json:
         emit_json(summary.to_dict())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import count_arg, emit_json, note
+from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
@@ -18,9 +18,8 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("tune", help="search mesh shape, dataflows, transposition and slice counts")
     add_request_arguments(p, TuneRequest)
-    p.add_argument("--trace-best", help="simulate the best choice once more as a step and write its "
-                   "Chrome/Perfetto trace JSON here")
-    p.add_argument("--trace-chips", help="chips to trace, e.g. '0,3,5-7' (default: chip (0,0)'s row and column)")
+    add_trace_arguments(p, "simulate the best choice once more as a step and write its Chrome/Perfetto trace JSON "
+                        "here", flag="--trace-best")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1,
                    help="worker processes that simulate (at most one per CPU; the result is the same)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -101,7 +101,7 @@ def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: 
         run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache, progress=points)
     except RunInterrupted as stop:  # reproduce has no --resume: say what does go on
         raise RunInterrupted(stop.what, stop.signum, "run the same command again to run the family anew") from None
-    return json.loads((folder / "results.json").read_text())["points"], _profile_name(hardware or point.hardware)
+    return _stored_run(folder, family, None)  # the run just stored: all of its points, on its profile
 
 
 def _profile_name(hardware: Any) -> str:

@@ -205,10 +205,9 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     the same as with one, plus a note when capped)."""
     from tpusim.experiments.executors import worker_count
     from tpusim.gemm.registry import get_algorithm
-    from tpusim.tuning.search import TuneSpec, tune
+    from tpusim.tuning.search import TuneSpec, check_jobs, tune
 
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    check_jobs(jobs)
     workers, capped = worker_count(jobs)
 
     spec = TuneSpec(
@@ -250,15 +249,12 @@ def _trace_best(request: TuneRequest, result: TuneResult, tracer: Tracer, contex
     from tpusim.units import format_time
 
     best = result.best
+    # the tune request's settings a step takes too (all they share but the kind), then the best choice's own
+    shared = {name: getattr(request, name) for name in StepRequest.model_fields
+              if name in TuneRequest.model_fields and name != "kind"}
     step = parse_request(StepRequest, {
-        "hardware": request.hardware, "scale": request.scale, "multi_axis": request.multi_axis,
-        "overlap_limit": request.overlap_limit, "model": request.model, "chips": request.chips, "mesh": best.mesh,
-        "topology": request.topology, "algorithm": request.algorithm, "prefetch": request.prefetch,
-        "prefetch_window": request.prefetch_window, "prefetch_budget": request.prefetch_budget,
-        "batch": result.batch, "recompute": result.recompute, "microbatches": result.microbatches,
-        "attention": request.attention, "fidelity": request.fidelity, "bytes_per_param": request.bytes_per_param,
-        "ignore_memory": request.ignore_memory, "allow_infeasible": request.allow_infeasible,
-        "dataflows": best.dataflows, "transposes": best.transposes,
+        **shared, "mesh": best.mesh, "batch": result.batch, "recompute": result.recompute,
+        "microbatches": result.microbatches, "dataflows": best.dataflows, "transposes": best.transposes,
         "slices": None if None in best.slices else best.slices,
     })
     assert isinstance(step, StepRequest)

@@ -16,7 +16,7 @@ two passes is priced once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -132,15 +132,19 @@ class LayerPricer:
         self._hardware_key = context.hardware_key
         self._times = {(layer, which): n for layer, which, n in context.multiplicity}
 
+    def _gemms(self, layer: FFLayer, option: LayerOption) -> Iterator[tuple[int, GemmProblem, GemmParams]]:
+        """The layer's GeMMs under ``option`` that a step runs at all: (times per step, problem, parameters)."""
+        params = replace(self.context.base, slices=option.slices)
+        for which, problem in layer_problems(layer, option, self.context.dtype).items():
+            times = self._times.get((layer.name, which), 1)
+            if times:
+                yield times, problem, params
+
     def _total(self, layer: FFLayer, option: LayerOption, mode: str, relaxed: bool = False) -> float | None:
         ctx = self.context
         mapping = self.relaxed if relaxed else self.mapping
-        params = replace(ctx.base, slices=option.slices)
         total = 0.0
-        for which, problem in layer_problems(layer, option, ctx.dtype).items():
-            times = self._times.get((layer.name, which), 1)
-            if times == 0:
-                continue
+        for times, problem, params in self._gemms(layer, option):
             value = self.cache.gemm(problem, ctx.algorithm, params, ctx.hardware, self._hardware_key, mapping,
                                     mode)
             if value is None:
@@ -169,12 +173,11 @@ class LayerPricer:
         """The GeMMs ``simulated`` would run for ``option`` that the cache does not hold yet: (cache key,
         problem, parameters) each."""
         ctx = self.context
-        params = replace(ctx.base, slices=option.slices)
         found = []
-        for which, problem in layer_problems(layer, option, ctx.dtype).items():
+        for _, problem, params in self._gemms(layer, option):
             key = self.cache.key(problem, ctx.algorithm, params, self._hardware_key, self.mapping,
                                  str(ctx.fidelity))
-            if self._times.get((layer.name, which), 1) and not self.cache.holds(key):
+            if not self.cache.holds(key):
                 found.append((key, problem, params))
         return found
 

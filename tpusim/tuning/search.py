@@ -149,9 +149,12 @@ class _MeshSearch:
             priced.append((option, self.twin_prices[key]))
         return priced
 
+    def windowed(self, index: int, flag: bool, required: bool | None) -> list[LayerOption]:
+        """``options`` the DES-priced DP may use (all of them until ``seed_window``)."""
+        return [o for o in self.options(index, flag, required) if self.window is None or (index, o) in self.window]
+
     def by_simulation(self, index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
-        return [(o, self._simulate(index, o)) for o in self.options(index, flag, required)
-                if self.window is None or (index, o) in self.window]
+        return [(o, self._simulate(index, o)) for o in self.windowed(index, flag, required)]
 
     def _simulate(self, index: int, option: LayerOption) -> float:
         key = (index, option)
@@ -184,8 +187,7 @@ class _MeshSearch:
         asked: dict[tuple[int, LayerOption], None] = {}
 
         def record(index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
-            found = [(o, 0.0) for o in self.options(index, flag, required)
-                     if self.window is None or (index, o) in self.window]
+            found = [(o, 0.0) for o in self.windowed(index, flag, required)]
             asked.update(((index, o), None) for o, _ in found)
             return found
 
@@ -232,6 +234,12 @@ def _near(k: int | None, around: int | None) -> bool:
     return around <= 2 * k and k <= 2 * around
 
 
+def check_jobs(jobs: object) -> None:
+    """Refuse a ``jobs`` that is not an integer >= 1 (True is not one)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+
+
 def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None,
          progress: Callable[[str], None] | None = None, stages: Callable[[int, int], None] | None = None,
          jobs: int = 1) -> TuneResult:
@@ -239,8 +247,7 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     each stage of a long search begins, ``stages`` (stages done, stages in all) as each ends, from the end of the
     closed-form ranking on. ``jobs`` > 1 runs the simulations on that many worker processes (``parallel``); the
     result is the same."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    check_jobs(jobs)
     cache = cache if cache is not None else CostCache(context)
     with simulation_pool(jobs, cache.context.cache_folder) as pool:
         return _search(request, cache, progress, stages, pool)
