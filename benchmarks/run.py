@@ -271,6 +271,50 @@ def peak_rss_mb_gemm_2048_full() -> Measurement:
     return Measurement(int(out.strip().splitlines()[-1]) / 1024, "MB")  # VmHWM is in kB (KiB)
 
 
+POD_LAYOUT = "16x16x16"  # a whole TPUv4 pod: 16 data-parallel replicas of a 16x16 MeshSlice mesh
+POD_STRAGGLER = dict(model="gpt3-175b", hardware="tpuv4", mesh=POD_LAYOUT, algorithm="meshslice", slices=4,
+                     slow_chips=["3:1.5"], fidelity="full")
+
+
+def pod_straggler_full_s() -> Measurement:
+    """GPT-3 step on a 4096-chip TPUv4 pod (16x16x16: D = 16 replicas of 16x16), one chip 1.5x slower, full
+    fidelity, cold cache."""
+    context = _cold()
+    begin = time.perf_counter()
+    result = tp.step(**POD_STRAGGLER, context=context)
+    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
+                                                          "fidelity": result.fidelity, "notes": result.notes})
+
+
+def peak_rss_mb_pod_straggler() -> Measurement:
+    """Peak resident memory of ``pod_straggler_full_s``'s step, in a child process that reads its own ``VmHWM``
+    (see ``peak_rss_mb_gemm_2048_full``)."""
+    code = (f"import tpusim.api as tp; tp.step(**{POD_STRAGGLER!r}); "
+            "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))")
+    _, out = _subprocess([sys.executable, "-c", code])
+    return Measurement(int(out.strip().splitlines()[-1]) / 1024, "MB")
+
+
+def pod_step_symmetric_s() -> Measurement:
+    """GPT-3 step on a 4096-chip TPUv4 pod (16x16x16), MeshSlice K = 4, fidelity auto (symmetric), cold cache."""
+    context = _cold()
+    begin = time.perf_counter()
+    result = tp.step(model="gpt3-175b", hardware="tpuv4", mesh=POD_LAYOUT, algorithm="meshslice", slices=4,
+                     context=context)
+    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
+                                                          "fidelity": result.fidelity})
+
+
+def pod_tune_s() -> Measurement:
+    """Default tune of GPT-3 on 4096 TPUv4 chips over every layout D x R x C (memory feasible), cold cache."""
+    context = _cold()
+    begin = time.perf_counter()
+    result = tp.tune(model="gpt3-175b", hardware="tpuv4", chips=4096, context=context)
+    return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
+                                                          "best_step_s": result.best.step_time_s,
+                                                          "best_mfu": result.best.mfu})
+
+
 BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
@@ -284,6 +328,10 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "reproduce_quick_s": reproduce_quick_s,
     "peak_rss_mb_gemm_2048_full": peak_rss_mb_gemm_2048_full,
     "startup_small_collective_s": startup_small_collective_s,
+    "pod_straggler_full_s": pod_straggler_full_s,
+    "peak_rss_mb_pod_straggler": peak_rss_mb_pod_straggler,
+    "pod_step_symmetric_s": pod_step_symmetric_s,
+    "pod_tune_s": pod_tune_s,
 }
 
 

@@ -12,7 +12,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Self
 
-from tpusim.errors import unknown_name
+from tpusim.errors import UserError, unknown_name
 
 __all__ = ["EARLY_PREFETCH", "Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch",
            "Recompute", "Ring"]
@@ -137,3 +137,16 @@ _NOUNS = MappingProxyType({
     "Ring": "ring variant",
     "MultiAxis": "multi-axis schedule",
 })
+
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""0: model state replicated over the data-parallel replicas; 1: optimizer state sharded; 2: and gradients;
+3: and weights."""
+
+
+def check_zero_stage(stage: object) -> int:
+    """The ZeRO stage, or a one-line error naming the valid ones."""
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in ZERO_STAGES:
+        raise UserError(f"ZeRO stage {stage!r} does not exist; valid: 0 (model state replicated), 1 (optimizer "
+                        "state sharded over the data-parallel replicas), 2 (and gradients), 3 (and weights)")
+    return stage

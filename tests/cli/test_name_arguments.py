@@ -10,7 +10,7 @@ from tpusim.cli.main import main
 
 @pytest.mark.parametrize(("argv", "first", "guess"), [
     (["reproduce", "headlines", "--out", "unused"],
-     "unknown reproduction family 'headlines'; valid: all, breakdown, headline, mesh-shapes, sensitivity, "
+     "unknown reproduction family 'headlines'; valid: all, breakdown, headline, mesh-shapes, pod, sensitivity, "
      "slice-sweep, strong-scaling, tuner-accuracy, weak-scaling", "did you mean 'headline'?"),
     (["list", "model"], "unknown listing 'model'; valid: algorithms, collectives, experiments, hardware, models",
      "did you mean 'models'?"),

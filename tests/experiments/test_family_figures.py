@@ -11,7 +11,7 @@ import pytest
 
 from tpusim.cli.main import main
 from tpusim.experiments import reproduce as reproduce_module
-from tpusim.experiments.families import comparisons, get_family, scaling
+from tpusim.experiments.families import comparisons, get_family, pod, scaling
 
 Drawn = dict[str, Any]  # the figure and the note of one saved plot
 
@@ -107,6 +107,65 @@ def test_headline_explains_its_ms_labels(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert ("MS +x% = MeshSlice speedup over that algorithm, T_alg / T_MeshSlice - 1 (positive: MeshSlice is "
             "faster)") in drawn["note"]
     assert "simulated +5.0% (vs wang), paper +12.0%" in ax.get_title()
+
+
+POD_LAYOUTS = {256: "256x1", 512: "2x256x1", 1024: "4x32x8", 2048: "8x16x16", 4096: "16x16x16"}
+POD_REPLICAS = {256: 1, 512: 2, 1024: 4, 2048: 8, 4096: 16}
+
+
+def pod_row(model: str, chips: int, step: float | None) -> dict[str, Any]:
+    """A pod row whose step is 60% compute, 10% exposed tensor-parallel, 20% exposed data-parallel, 10% idle."""
+    error = "" if step is not None else "no configuration fits in HBM"
+    parts = dict.fromkeys(("compute_s", "exposed_tensor_comm_s", "exposed_data_comm_s", "idle_s"))
+    if step is not None:
+        parts = {"compute_s": 0.6 * step, "exposed_tensor_comm_s": 0.1 * step, "exposed_data_comm_s": 0.2 * step,
+                 "idle_s": 0.1 * step}
+    return {"model": model, "memory": "feasible", "chips": chips, "batch": chips,
+            "layout": POD_LAYOUTS[chips] if step is not None else "", "step_time_s": step,
+            "data_parallel": POD_REPLICAS[chips] if step is not None else None,
+            "mfu": 0.5 if step is not None else None, "zero_stage": 1, "error": error, **parts}
+
+
+def test_pod_bars_stack_the_step_and_their_labels_never_overlap(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    """Five chip counts per model, bars of nearly equal height (weak scaling) and one point without a result: every
+    bar is the step's four parts stacked, every label sits inside its panel and clear of every other label."""
+    rows = [pod_row("gpt3-175b", chips, 13.0 + index / 4) for index, chips in enumerate(POD_LAYOUTS)]
+    rows += [pod_row("megatron-nlg-530b-ms", chips, None if chips == 512 else 50.0 - index)
+             for index, chips in enumerate(POD_LAYOUTS)]
+    drawn = draw(monkeypatch, pod, "pod", rows, tmp_path / "pod.png")
+    fig = drawn["fig"]
+    gpt3, mtnlg = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == ["gpt3-175b, memory feasible",
+                                                  "megatron-nlg-530b-ms, memory feasible"]
+    # the exposed data-parallel time is written out wherever there are replicas (D > 1)
+    assert [t.get_text() for t in gpt3.texts] == ["256x1\nMFU 50.0%", "2x256x1\nMFU 50.0%\nDP 2.650 s",
+                                                  "4x32x8\nMFU 50.0%\nDP 2.700 s", "8x16x16\nMFU 50.0%\nDP 2.750 s",
+                                                  "16x16x16\nMFU 50.0%\nDP 2.800 s"]
+    assert [t.get_text() for t in mtnlg.texts][:2] == ["256x1\nMFU 50.0%", "no result\n(see error)"]
+    assert [t.get_text() for t in gpt3.get_xticklabels()] == ["256", "512", "1024", "2048", "4096"]
+    # four stacked parts per chip count, each bar as tall as its step
+    heights = [0.0] * len(POD_LAYOUTS)
+    for index, patch in enumerate(gpt3.patches):
+        heights[index % len(POD_LAYOUTS)] += patch.get_height()
+    assert heights == pytest.approx([13.0, 13.25, 13.5, 13.75, 14.0])
+    drawing = renderer(fig)
+    for ax in fig.axes:
+        panel = ax.get_window_extent(drawing)
+        boxes = [text.get_window_extent(drawing) for text in ax.texts]
+        assert all(panel.x0 <= b.x0 and b.x1 <= panel.x1 and panel.y0 <= b.y0 and b.y1 <= panel.y1 for b in boxes)
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    [legend] = fig.legends
+    assert legend.get_window_extent(drawing).y1 < min(ax.get_window_extent(drawing).y0 for ax in fig.axes)
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "compute", "exposed tensor-parallel communication (R x C mesh)",
+        "exposed data-parallel communication (over the D replicas)", "idle (launch gaps, waiting on other chips)"]
+    note = drawn["note"]
+    assert "written above it as D x R x C (D data-parallel replicas, each an R x C tensor-parallel mesh" in note
+    assert "DP = its exposed data-parallel communication in seconds" in note
+    assert "Batch = chips (one sequence per chip); ZeRO stage 1 (optimizer state sharded over the D replicas)" in note
+    assert "Memory feasible: every layout fits in HBM" in note
+    assert note.endswith("No result: that point ended with an error (the error column of the table).")
 
 
 def accuracy_run(folder: Path, finished: int = 4) -> None:

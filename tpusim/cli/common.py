@@ -115,8 +115,11 @@ def network_text(mapping: dict[str, Any]) -> str:
     """Where the logical mesh ran, e.g. ``tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)``: a slice chosen by
     default is named, never silently used."""
     axes = []
-    for axis in (0, 1):
-        placed = mapping[f"axis{axis}"]
+    for axis, key in ((0, "axis0"), (1, "axis1"), ("data", "data")):
+        placed = mapping.get(key)
+        if placed is None:
+            continue
         physical = ",".join(placed["physical"])
-        axes.append(f"axis {axis}: {physical + ' ' if physical else ''}{placed['embedding']}")
+        axes.append(f"{'axis ' if axis != 'data' else ''}{axis}: {physical + ' ' if physical else ''}"
+                    f"{placed['embedding']}")
     return f"{mapping['topology']} ({'; '.join(axes)})"

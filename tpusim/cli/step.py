@@ -44,13 +44,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_dict())
         return 0
-    print(f"{result.model} on {result.chips} chips ({result.mesh}), {result.algorithm}, {result.hardware}, "
+    layout = (f"{result.data_parallel} data-parallel replicas of {result.mesh}, ZeRO {result.zero_stage}"
+              if result.data_parallel > 1 else result.mesh)
+    print(f"{result.model} on {result.chips} chips ({layout}), {result.algorithm}, {result.hardware}, "
           f"batch {result.batch}, fidelity {result.fidelity}")
     print(f"  network       {network_text(result.mapping)}")
     print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%   "
           f"HFU {100 * result.hfu:.1f}%")
     print(f"  compute       {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")
-    print(f"  exposed comm  {format_time(result.exposed_comm_s)}")
+    data = (f"   (tensor-parallel {format_time(result.exposed_comm_s - result.exposed_data_comm_s)}, data-parallel "
+            f"{format_time(result.exposed_data_comm_s)})" if result.data_parallel > 1 else "")
+    print(f"  exposed comm  {format_time(result.exposed_comm_s)}{data}")
     print(f"  idle          {format_time(result.idle_s)}")
     print(f"  dataflows     {', '.join(result.dataflows)}   slices {result.slices}")
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "

@@ -66,7 +66,8 @@ def _print(result: TuneResult) -> None:
     simulated = sum(1 for m in result.meshes if m.status == "simulated")
     print(f"meshes: {len(result.meshes)} factorisations, {skipped} skipped, {simulated} simulated; "
           f"candidates: {result.evaluated} priced, {result.simulated} by simulation; "
-          f"{result.steps_simulated} whole steps simulated; {result.search_space} configurations covered")
+          f"{result.steps_simulated} whole step{'s' if result.steps_simulated != 1 else ''} simulated; "
+          f"{result.search_space} configurations covered")
 
 
 def _row(label: str, choice: Choice) -> tuple[str, ...]:

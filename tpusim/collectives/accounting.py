@@ -9,6 +9,7 @@ not reported.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from tpusim.collectives.network import LinkTotals
@@ -34,6 +35,7 @@ class RunAccount:
     hbm_stall: float  # seconds the critical chip's ops ran longer because DMA shared HBM
     links: LinkTotals | None
     transfers: int
+    exposed_data: float = 0.0  # the part of ``parts.exposed`` only data-axis collectives were in flight for
 
 
 def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> RunAccount:
@@ -46,6 +48,18 @@ def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> 
     mxu = sim.chips[critical].spans
     comm = runtime.comm_spans.get(critical, [])
     totals = runtime.network.totals(elapsed)
-    return RunAccount(elapsed, critical, breakdown(mxu, comm, elapsed), mxu, comm, sim.chips[critical].flops,
+    parts = breakdown(mxu, comm, elapsed)
+    return RunAccount(elapsed, critical, parts, mxu, comm, sim.chips[critical].flops,
                       sim.chips[critical].hbm_stall if sim.chips else 0.0,
-                      None if symmetric else totals, 0 if totals is None else totals.transfers)
+                      None if symmetric else totals, 0 if totals is None else totals.transfers,
+                      _exposed_data(parts.exposed, mxu, comm, runtime.data_spans.get(critical, []), elapsed))
+
+
+def _exposed_data(exposed: float, mxu: Spans, comm: Spans, data: Spans, elapsed: float) -> float:
+    """The exposed time of the data-axis collectives beyond what the other collectives already expose."""
+    if not data:
+        return 0.0
+    others = Counter(comm)
+    others.subtract(Counter(data))
+    tensor = list(others.elements())
+    return max(exposed - breakdown(mxu, tensor, elapsed).exposed, 0.0)

@@ -31,10 +31,17 @@ class CalibratedNetwork(Network):
 
     rank_independent = True
     fixed_durations = True
+    data_axis = False
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-              axis_map: str | None = None) -> MeshMapping:
+              axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
+        if data != 1 or data_axes is not None:
+            what = f"a D x R x C layout with D = {data}" if data != 1 else f"--data-axes {data_axes!r}"
+            raise TopologyError(
+                f"data parallelism ({what}) does not apply to calibrated profile "
+                f"{hardware.name!r}, whose fitted costs describe one 2D mesh; use a physical profile such as 'tpuv4'"
+            )
         if topology is not None or axis_map is not None:
             flag = "--topology" if topology is not None else "--axis-map"
             raise TopologyError(
@@ -50,7 +57,7 @@ class CalibratedNetwork(Network):
         return self.hardware
 
     def twin(self, call: CollectiveCall) -> float:
-        size = self.mapping.shape[call.axis]
+        size = self.mapping.size(call.axis)
         if size == 1:
             return 0.0
         return operation(call.op).calibrated_time(call, size, self.profile.calibration)
@@ -71,7 +78,7 @@ class CalibratedNetwork(Network):
         channels = self.channels
         known = self._durations.get((call, group))
         if known is None:
-            size = self.mapping.shape[call.axis]
+            size = self.mapping.size(call.axis)
             keys = [(call.axis, group, d) for d in operation(call.op).channels(call, size)]
             known = self._durations[(call, group)] = (self.twin(call), keys)
         duration, keys = known

@@ -54,11 +54,12 @@ class AllValues(simpy.Event):
 class Device:
     """One chip as its program sees it: identity, compute and collectives."""
 
-    def __init__(self, sim: Simulation, runtime: CollectiveRuntime, index: tuple[int, int]) -> None:
+    def __init__(self, sim: Simulation, runtime: CollectiveRuntime, index: tuple[int, ...]) -> None:
         self.sim = sim
         self.env = sim.env
         self.runtime = runtime
-        self.index = index
+        self.index = (index[0], index[1])  # (i, j) on the tensor mesh
+        self.replica = index[2] if len(index) > 2 else 0  # d, on the data axis of a pod layout
         self.mesh = sim.mapping.shape
         self.chip_id = sim.mapping.chip(*index)
         self.chip = sim.chips[self.chip_id]
@@ -72,10 +73,10 @@ class Device:
     # -- identity ------------------------------------------------------------------------------------
     def rank(self, axis: int) -> int:
         """This chip's rank on logical axis ``axis`` (its position on that axis's ring)."""
-        return self.index[axis]
+        return self.index[axis] if axis < 2 else self.replica
 
     def size(self, axis: int) -> int:
-        return self.mesh[axis]
+        return self.mesh[axis] if axis < 2 else self.sim.mapping.size(axis)
 
     def tensor(self, shape: Sequence[int], dtype: str = "bf16", data: np.ndarray | None = None) -> Tensor:
         return Tensor(tuple(int(s) for s in shape), dtype, data)
@@ -163,8 +164,9 @@ class Device:
 
     # -- collectives ---------------------------------------------------------------------------------
     def _collective(self, op: CollectiveOp, tensor: Tensor, axis: int, **fields: Any) -> simpy.Event:
-        if axis not in (0, 1):
-            raise ValueError(f"axis {axis} is out of range; valid: 0, 1")
+        axes = len(self.sim.mapping.axes)
+        if axis not in range(axes):
+            raise ValueError(f"axis {axis} is out of range; valid: {', '.join(str(a) for a in range(axes))}")
         fields.setdefault("ring", self.runtime.ring)
         fields.setdefault("chunks", self.runtime.chunks)
         call = CollectiveCall(op, axis, tensor.nbytes, **fields)
@@ -224,16 +226,19 @@ def _product(a: Tensor, b: Tensor, acc: Tensor | None) -> Tensor:
 
 def run_spmd(
     sim: Simulation, runtime: CollectiveRuntime, program: Program, args_of: Callable[[Device], tuple[Any, ...]],
-    *, only: Sequence[tuple[int, int]] | None = None,
-) -> dict[tuple[int, int], Any]:
-    """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh (or the ``only`` ones)."""
+    *, only: Sequence[tuple[int, ...]] | None = None,
+) -> dict[tuple[int, ...], Any]:
+    """Run ``program(dev, *args_of(dev))`` on every chip of the logical mesh, every replica of a pod layout (or
+    the ``only`` ones: (i, j) in the first replica, or (i, j, d))."""
     rows, cols = sim.mapping.shape
     processes = {}
     if only is None:
         only = runtime.representatives
-    indices = list(only) if only is not None else [(i, j) for i in range(rows) for j in range(cols)]
-    for i, j in indices:
-        dev = Device(sim, runtime, (i, j))
-        processes[(i, j)] = sim.start(dev.chip_id, program(dev, *args_of(dev)))
+    indices = list(only) if only is not None else [
+        (i, j) if sim.mapping.data == 1 else (i, j, d)
+        for d in range(sim.mapping.data) for i in range(rows) for j in range(cols)]
+    for index in indices:
+        dev = Device(sim, runtime, index)
+        processes[index] = sim.start(dev.chip_id, program(dev, *args_of(dev)))
     sim.run()
     return {index: process.value for index, process in processes.items()}

@@ -58,6 +58,9 @@ class Network(ABC):
     """Whether a collective's duration is known when it is issued (then a lone representative needs no
     rendezvous: ``reserve`` times it directly)."""
 
+    data_axis: ClassVar[bool]
+    """Whether a D x R x C layout, with its data axis, can be placed on this kind of network (``takes_data_axis``)."""
+
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
                  link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
         self.hardware = hardware
@@ -68,8 +71,9 @@ class Network(ABC):
     @classmethod
     @abstractmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-              axis_map: str | None = None) -> MeshMapping:
-        """The logical ``rows x cols`` mesh placed on this kind of network."""
+              axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
+        """The logical ``rows x cols`` mesh (``data`` replicas of it, D x R x C, on the ``data_axes``) placed on
+        this kind of network."""
 
     @abstractmethod
     def twin(self, call: CollectiveCall) -> float | None:
@@ -143,7 +147,15 @@ def network_for(hardware: HardwareProfile, mapping: MeshMapping, *, context: Con
     return _kind(hardware)(hardware, mapping, context=context, link_overrides=link_overrides)
 
 
+def takes_data_axis(hardware: HardwareProfile) -> bool:
+    """Whether the network ``hardware`` describes can hold a D x R x C layout (the calibrated profiles' fitted
+    costs describe one 2D mesh)."""
+    return _kind(hardware).data_axis
+
+
 def place_mesh(hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-               axis_map: str | None = None) -> MeshMapping:
-    """The logical ``rows x cols`` mesh placed on the network ``hardware`` describes."""
-    return _kind(hardware).place(hardware, rows, cols, topology=topology, axis_map=axis_map)
+               axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
+    """The logical ``rows x cols`` mesh (``data`` replicas of it in a D x R x C pod layout) placed on the network
+    ``hardware`` describes."""
+    return _kind(hardware).place(hardware, rows, cols, topology=topology, axis_map=axis_map, data=data,
+                                 data_axes=data_axes)

@@ -32,6 +32,7 @@ from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.trace import Tracer
 from tpusim.hardware.chip import ChipModel
 from tpusim.topology import MeshMapping, default_slice, map_mesh, parse_topology
+from tpusim.topology.pod import map_pod
 from tpusim.topology.slices import TPUV4_RULES
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import MultiAxis
@@ -49,6 +50,7 @@ class PhysicalNetwork(Network):
 
     rank_independent = False
     fixed_durations = False
+    data_axis = True
 
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
                  link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
@@ -58,11 +60,14 @@ class PhysicalNetwork(Network):
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-              axis_map: str | None = None) -> MeshMapping:
+              axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
         assert isinstance(hardware, PhysicalProfile)
         rules = hardware.slices or TPUV4_RULES
-        physical = parse_topology(topology, rules) if topology is not None else default_slice(rows * cols, rules)
-        return map_mesh(physical, rows, cols, axis_map)
+        chips = data * rows * cols
+        physical = parse_topology(topology, rules) if topology is not None else default_slice(chips, rules)
+        if data == 1 and data_axes is None:
+            return map_mesh(physical, rows, cols, axis_map)
+        return map_pod(physical, data, rows, cols, axis_map=axis_map, data_axes=data_axes).mesh
 
     @property
     def profile(self) -> PhysicalProfile:
@@ -214,7 +219,7 @@ class PhysicalNetwork(Network):
             return hit[1]  # type: ignore[no-any-return]
         if len(memo) > _MEMO_LIMIT:
             memo.clear()
-        program = merge_phases([self.plans(call, group) for group in groups], self.mapping.shape[call.axis])
+        program = merge_phases([self.plans(call, group) for group in groups], self.mapping.size(call.axis))
         memo[key] = (embeddings, program)
         return program
 

@@ -30,6 +30,7 @@ from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import SimulationError
+from tpusim.topology.mapping import DATA_AXIS
 from tpusim.vocabulary import CollectiveOp, Ring
 
 __all__ = ["CollectiveRecord", "CollectiveRuntime"]
@@ -64,7 +65,7 @@ class CollectiveRuntime:
     (docs/chip.md#hbm-contention); a run without compute has nothing for it to slow and may skip the accounting."""
 
     def __init__(self, sim: Simulation, network: Network | None = None, *, ring: Ring = Ring.BIDIRECTIONAL,
-                 chunks: int = 0, representatives: Sequence[tuple[int, int]] | None = None,
+                 chunks: int = 0, representatives: Sequence[tuple[int, ...]] | None = None,
                  share_hbm: bool = True) -> None:
         self.sim = sim
         self.network = network = network if network is not None else network_for(sim.hardware, sim.mapping)
@@ -78,7 +79,7 @@ class CollectiveRuntime:
         self._ends: dict[tuple[int, CollectiveOp], list[float]] = {}  # the same on the direct path
         for index in self.representatives or ():
             chip = sim.mapping.chip(*index)
-            for axis in (0, 1):
+            for axis in range(len(sim.mapping.axes)):
                 group = sim.mapping.group_of(axis, chip)[0]
                 self._expected[(axis, group)] = self._expected.get((axis, group), 0) + 1
         self.ring = ring
@@ -88,6 +89,7 @@ class CollectiveRuntime:
         self.records: list[CollectiveRecord] = []
         self.in_flight: dict[int, int] = {}
         self.comm_spans: dict[int, list[tuple[float, float]]] = {}
+        self.data_spans: dict[int, list[tuple[float, float]]] = {}  # those of the data axis, a subset
         if sim.tracer is not None:
             network.trace_links(sim.tracer)
         spec = sim.hardware.chip
@@ -101,7 +103,7 @@ class CollectiveRuntime:
         sim = self.sim
         axis = call.axis
         group, rank = sim.mapping.group_of(axis, chip)
-        size = sim.mapping.shape[axis]
+        size = sim.mapping.axes[axis].size
         if self._direct and self._expected.get((axis, group)) == 1 and size > 1:
             return self._submit_alone(chip, call, tensor, group, size)
         handle = Pending(sim.env, operation(call.op).result_shape(call, tensor, size))
@@ -142,9 +144,7 @@ class CollectiveRuntime:
         sim = self.sim
         axis, group, _ = key
         joined_at = sim.env.now
-        handle.callbacks.append(
-            lambda _: self.comm_spans.setdefault(chip, []).append((joined_at, sim.env.now))
-        )
+        handle.callbacks.append(lambda _: self._spent(chip, axis, joined_at, sim.env.now))
         instance.inputs[rank] = tensor
         instance.handles[rank] = handle
         instance.chips[rank] = chip
@@ -170,8 +170,14 @@ class CollectiveRuntime:
         if limit is not None:
             ends.append(end)
             del ends[:-limit]
-        self.comm_spans.setdefault(chip, []).append((now, end))
+        self._spent(chip, call.axis, now, end)
         return PendingTimeout(env, end - now, operation(call.op).result_shape(call, tensor, size))
+
+    def _spent(self, chip: int, axis: int, start: float, end: float) -> None:
+        """Chip ``chip`` waited on a collective of ``axis`` from ``start`` to ``end``."""
+        self.comm_spans.setdefault(chip, []).append((start, end))
+        if axis == DATA_AXIS:
+            self.data_spans.setdefault(chip, []).append((start, end))
 
     def pending(self) -> list[str]:
         """Instances still waiting for members (a stalled schedule)."""

@@ -38,7 +38,18 @@ from tpusim.limits import (
     verify_operand_bytes,
 )
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
-from tpusim.vocabulary import Attention, Choice, CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefetch, Recompute, Ring
+from tpusim.vocabulary import (
+    Attention,
+    Choice,
+    CollectiveOp,
+    Dataflow,
+    Fidelity,
+    MultiAxis,
+    Prefetch,
+    Recompute,
+    Ring,
+    check_zero_stage,
+)
 
 __all__ = [
     "FF_LAYERS",
@@ -168,33 +179,45 @@ def _choice(kind: type[Choice]) -> Callable[[Any], Choice]:
     return parse
 
 
-_MESH = re.compile(r"(\d+)(?:x(\d+))?")
+_MESH = re.compile(r"(\d+)(?:x(\d+))?(?:x(\d+))?")
 
 
 def _mesh(value: Any) -> str:
-    """"RxC" (or one number N: an N x 1 mesh), or a pair (R, C); kept as "RxC"."""
-    if isinstance(value, tuple | list) and len(value) == 2 and all(
+    """"RxC" (or one number N: an N x 1 mesh), a pair (R, C), or a pod layout "DxRxC" (D data-parallel replicas of
+    an R x C mesh); kept as "RxC" or "DxRxC"."""
+    if isinstance(value, tuple | list) and len(value) in (2, 3) and all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
-        return f"{value[0]}x{value[1]}"
+        return "x".join(str(v) for v in value)
     match = _MESH.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None or int(match.group(1)[:LIMIT_DIGITS]) < 1 or int(
-            (match.group(2) or "1")[:LIMIT_DIGITS]) < 1:
+    parts = [part for part in match.groups() if part is not None] if match is not None else []
+    if match is None or any(int(part[:LIMIT_DIGITS]) < 1 for part in parts):
         raise problem(f"mesh {shorten(repr(value), _SHOWN_CHARACTERS)} is not a mesh shape; valid: 'RxC' with "
-                      "whole numbers >= 1 (e.g. '16x16'), one number N for an N x 1 mesh, or a pair (R, C)",
-                      style=Problem.PLAIN, category="topology")
-    rows, cols = (capped_int(match.group(1)), capped_int(match.group(2) or "1"))
-    too_many = exceeds("chips", rows * cols)
+                      "whole numbers >= 1 (e.g. '16x16'), one number N for an N x 1 mesh, a pair (R, C), or 'DxRxC' "
+                      "for D data-parallel replicas of an R x C mesh (step)", style=Problem.PLAIN, category="topology")
+    sides = [capped_int(part) for part in parts] + ([1] if len(parts) == 1 else [])
+    chips = math.prod(sides)
+    too_many = exceeds("chips", chips)
     if too_many is not None:
-        raise problem(f"mesh {shorten(value.strip())!r} has {_chips_text(rows * cols)} chips, which {too_many}",
+        raise problem(f"mesh {shorten(value.strip())!r} has {_chips_text(chips)} chips, which {too_many}",
                       style=Problem.PLAIN, category="limit")
-    return f"{rows}x{cols}"
+    return "x".join(str(side) for side in sides)
+
+
+def _zero_stage(value: Any) -> int:
+    stage = value
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= LIMIT_DIGITS:
+        stage = int(value.strip())
+    try:
+        return check_zero_stage(stage)
+    except UserError as error:
+        raise problem(error.message, style=Problem.PLAIN) from None
 
 
 def _chips_text(chips: int) -> str:
     return f"more than {BEYOND_ANY_LIMIT:.0e}" if chips >= BEYOND_ANY_LIMIT else str(chips)
 
 
-_TOPOLOGY_SIDES = re.compile(r"(?:[a-z0-9]+:)?(\d+(?:x\d+)*)")
+_TOPOLOGY_SIDES = re.compile(r"(?:[a-z0-9]+:)?(\d+(?:x\d+)*)t?")  # a trailing t: a twisted slice
 
 
 def _topology(value: Any) -> Any:
@@ -280,6 +303,7 @@ Size = Annotated[int | str, BeforeValidator(_size)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Dtype = Annotated[str, BeforeValidator(_dtype)]
 Mesh = Annotated[str, BeforeValidator(_mesh)]
+ZeroStage = Annotated[int, BeforeValidator(_zero_stage), Field(json_schema_extra={"enum": [0, 1, 2, 3]})]
 Axis = Annotated[Literal[0, 1], BeforeValidator(_axis)]
 DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
 FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
@@ -368,16 +392,28 @@ class _OnMesh(Request):
 
     @model_validator(mode="after")
     def _chips_match_mesh(self) -> Self:
-        rows, cols = (int(v) for v in self.mesh.split("x"))
-        if self.chips is not None and self.chips != rows * cols:
-            raise problem(f"mesh {self.mesh} has {rows * cols} chips but chips is {self.chips}; valid: a mesh R x C "
-                          f"with R * C = {self.chips}, or chips {rows * cols}", style=Problem.PLAIN)
+        sides = [int(v) for v in self.mesh.split("x")]
+        if len(sides) == 3 and self.kind != "step":
+            raise problem(f"mesh {self.mesh} is a D x R x C layout, which only 'step' runs; {self.kind} runs on one "
+                          "R x C mesh", style=Problem.PLAIN)
+        chips = self.data * math.prod(sides[-2:])
+        if self.chips is not None and self.chips != chips:
+            shape = "D x R x C with D * R * C" if self.data > 1 else "R x C with R * C"
+            raise problem(f"mesh {self.mesh} has {chips} chips but chips is {self.chips}; valid: a mesh {shape} = "
+                          f"{self.chips}, or chips {chips}", style=Problem.PLAIN)
         return self
 
     @property
     def shape(self) -> tuple[int, int]:
-        rows, cols = self.mesh.split("x")
+        """(R, C) of the tensor-parallel mesh."""
+        rows, cols = self.mesh.split("x")[-2:]
         return int(rows), int(cols)
+
+    @property
+    def data(self) -> int:
+        """D, the data-parallel replicas of a layout (1 for a plain mesh)."""
+        sides = self.mesh.split("x")
+        return int(sides[0]) if len(sides) == 3 else 1
 
 
 class CollectiveRequest(_OnMesh):
@@ -463,6 +499,29 @@ class StepRequest(_Algorithm):
     all_layers: Flag = Field(False, description="simulate every layer instead of extrapolating")
     embedding: Flag = Field(False, description="include the embedding and LM head")
     optimizer: Flag = Field(False, description="include the Adam update")
+    dp: Count | None = Field(None, description="data-parallel replicas D of the R x C mesh (the same as a mesh "
+                             "DxRxC); chips = D x R x C")
+    zero_stage: ZeroStage = Field(1, description="how D replicas shard model state: 0 replicated (gradients "
+                                  "all-reduced), 1 optimizer state, 2 and gradients, 3 and weights (gathered before "
+                                  "use)")
+    data_axes: str | None = Field(None, description="physical axes of the data axis, e.g. 'z' or 'y*z' (default: "
+                                  "chosen by the layout rules)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dp_into_mesh(cls, values: Any) -> Any:
+        """``dp`` D with an R x C mesh is the layout D x R x C; with a D x R x C mesh it must agree."""
+        if not isinstance(values, dict) or values.get("dp") is None or values.get("mesh") is None:
+            return values
+        try:
+            dp, mesh = _count(values["dp"]), _mesh(values["mesh"])
+        except PydanticCustomError:  # a bad dp or mesh: its own field reports it, under its name
+            return values
+        sides = mesh.split("x")
+        if len(sides) == 3 and int(sides[0]) != dp:
+            raise problem(f"dp {dp} disagrees with mesh {mesh}, whose first side is the data-parallel degree; give "
+                          "one of them", style=Problem.PLAIN)
+        return {**values, "dp": dp, "mesh": mesh if len(sides) == 3 else f"{dp}x{mesh}"}
 
 
 class TuneRequest(Request):
@@ -496,6 +555,17 @@ class TuneRequest(Request):
                                    "(heads padded)")
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
+    dp: Count | None = Field(None, description="data-parallel replicas D (default: every D that divides the chips and "
+                             "the batch and whose data axis takes whole physical axes; 1: tensor parallelism only)")
+    zero_stage: ZeroStage = Field(1, description="how D > 1 replicas shard model state: 0 replicated, 1 optimizer "
+                                  "state, 2 and gradients, 3 and weights")
+
+    @model_validator(mode="after")
+    def _dp_divides(self) -> Self:
+        if self.dp is not None and self.chips % self.dp:
+            raise problem(f"dp {self.dp} does not divide the {self.chips} chips; valid: a divisor of {self.chips}",
+                          style=Problem.PLAIN)
+        return self
 
 
 REQUESTS: tuple[type[Request], ...] = (CollectiveRequest, GemmRequest, StepRequest, TuneRequest)

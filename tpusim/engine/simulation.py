@@ -69,8 +69,7 @@ class Simulation:
         self.mapping = mapping
         self.topology = mapping.topology
         self.tracer = tracer
-        num_chips = mapping.shape[0] * mapping.shape[1]
-        self.chips = ChipTable(num_chips, dict(chip_slowdown or {}))
+        self.chips = ChipTable(mapping.num_chips, dict(chip_slowdown or {}))
         # set where the network charges its DMA to the chips' HBM (``share_hbm``); None: HBM is free for compute
         self.hbm: SharedHbm | None = None
         self._programs: list[tuple[int, simpy.Process]] = []

@@ -208,12 +208,13 @@ class Tracer:
                 error, value = thrown, None
 
     def name_chips(self, mapping: MeshMapping, mark: dict[int, str] | None = None) -> None:
-        """Name each chip's process ``chip 5 (1,2)`` by its logical mesh coordinates, with ``mark`` appended."""
+        """Name each chip's process ``chip 5 (1,2)`` by its logical mesh coordinates (i, j, and the replica d in a
+        pod layout), with ``mark`` appended."""
         chips = range(mapping.num_chips) if self.chips is None else sorted(self.chips)
         for chip in chips:
-            i, j = mapping.group_of(1, chip)
+            where = ",".join(str(k) for k in mapping.index_of(chip))
             extra = (mark or {}).get(chip)
-            self.chip_names[chip] = f"chip {chip} ({i},{j})" + (f" {extra}" if extra else "")
+            self.chip_names[chip] = f"chip {chip} ({where})" + (f" {extra}" if extra else "")
 
     # -- output -----------------------------------------------------------------------------------------
     def to_chrome(self) -> dict[str, Any]:
@@ -316,10 +317,13 @@ def _covering(spans: list[tuple[float, float, int]], when: float) -> tuple[float
 
 
 def row_and_column(mapping: MeshMapping, chip: int) -> frozenset[int]:
-    """``chip`` with every chip of its logical row and column: all the chips its collectives run with."""
-    i, j = mapping.group_of(1, chip)
+    """``chip`` with every chip of its logical row and column (and, in a pod layout, its data-parallel group): all
+    the chips its collectives run with."""
+    i, j, *replica = mapping.index_of(chip)
+    d = replica[0] if replica else 0
     rows, cols = mapping.shape
-    return frozenset({mapping.chip(i, c) for c in range(cols)} | {mapping.chip(r, j) for r in range(rows)})
+    return frozenset({mapping.chip(i, c, d) for c in range(cols)} | {mapping.chip(r, j, d) for r in range(rows)}
+                     | {mapping.chip(i, j, e) for e in range(mapping.data)})
 
 
 def check_output_file(path: Path, subject: str, when_folder: str) -> None:

@@ -82,7 +82,8 @@ def model_of(model: str | TransformerModel, context: Context | None = None) -> T
 def _placed(request: _OnMesh, context: Context | None) -> tuple[HardwareProfile, MeshMapping]:
     profile = request_hardware(request, context)
     rows, cols = request.shape
-    return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map)
+    return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map,
+                               data=request.data, data_axes=getattr(request, "data_axes", None))
 
 
 def _prefetch(hardware: HardwareProfile, prefetch: Prefetch | None) -> Prefetch:
@@ -171,13 +172,13 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget)
+                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage)
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
                     optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
-                    prefetch_window=request.prefetch_window, prefetch_budget=budget)
+                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -219,7 +220,8 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         prefetch_budget=request.prefetch_budget,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
-        dataflows=request.dataflows, bytes_per_param=request.bytes_per_param,
+        dataflows=request.dataflows, bytes_per_param=request.bytes_per_param, dp=request.dp,
+        zero_stage=request.zero_stage,
     )
     if tracer is not None:
         from tpusim.experiments.tracing import check_trace_chips

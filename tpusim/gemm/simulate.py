@@ -170,7 +170,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
     if verify:
         assert x_global is not None and w_global is not None
         dense = problem.dense(x_global, w_global)
-        got = assemble({i: t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
+        got = assemble({(i[0], i[1]): t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
     twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
     if twin is None:

@@ -279,14 +279,15 @@ def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:
 
 
 def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: tuple[int, int], dtype: str,
-                *, embedding: bool, optimizer: bool, chips: int,
-                dataflow: Dataflow | None = None) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+                *, embedding: bool, optimizer: bool, chips: int, dataflow: Dataflow | None = None,
+                optimizer_share: float = 1.0) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
     """Once-per-step work outside the blocks: (before the blocks, between forward and backward, after).
 
     ``embedding`` adds the token-embedding lookup and its gradient, and the LM head (a distributed GeMM
     onto the padded vocabulary, forward and backward, plus the softmax cross-entropy); ``optimizer`` adds
     the Adam update, HBM-bound over this chip's share of the parameters (fp32 master weights and two moments
-    read and written, bf16 weight and gradient).
+    read and written, bf16 weight and gradient); ``optimizer_share`` is the part of that share this chip updates
+    (1/D where ZeRO shards the optimizer state over D data-parallel replicas).
     """
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * shape.hidden_per_chip
@@ -306,6 +307,6 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
                    GemmOp("lm_head", Pass.BACKWARD_WEIGHT, head.gemm(Pass.BACKWARD_WEIGHT, dtype))]
         after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act, VECTOR_OPS_PER_ELEMENT["embedding.bwd"] * act))
     if optimizer:
-        params = model.params_per_layer * model.layers / chips
+        params = model.params_per_layer * model.layers / chips * optimizer_share
         after.append(LocalOp("optimizer", 0.0, params * (2 * 3 * 4 + 2 * b), VECTOR_OPS_PER_ELEMENT["adam"] * params))
     return tuple(before), tuple(middle), tuple(after)

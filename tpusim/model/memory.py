@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.units import GB
-from tpusim.vocabulary import Recompute
+from tpusim.vocabulary import Recompute, check_zero_stage
 
 LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # least recomputation first
 
@@ -62,19 +62,8 @@ def _usable(capacity_bytes: float, reserved_bytes: float | None) -> float:
     return capacity_bytes - (reserved_bytes or 0.0)
 
 
-ZERO_STAGES = (0, 1, 2, 3)
-"""0: model state replicated over the data-parallel replicas; 1: optimizer state sharded; 2: and gradients;
-3: and weights."""
 WEIGHT_BYTES = 2  # bf16 weights
 GRADIENT_BYTES = 2  # bf16 gradients
-
-
-def check_zero_stage(stage: object) -> int:
-    """The ZeRO stage, or a one-line error naming the valid ones."""
-    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in ZERO_STAGES:
-        raise UserError(f"ZeRO stage {stage!r} does not exist; valid: 0 (model state replicated), 1 (optimizer "
-                              "state sharded over the data-parallel replicas), 2 (and gradients), 3 (and weights)")
-    return stage
 
 
 def state_bytes_per_param(bytes_per_param: float, data_parallel: int, zero_stage: int) -> float:
@@ -123,7 +112,7 @@ class MemoryPlan:
 
 def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
                 capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
-                reserved_bytes: float | None = None) -> MemoryPlan:
+                reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
@@ -131,25 +120,26 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     would fit.
     """
     capacity_bytes = _usable(capacity_bytes, reserved_bytes)
+    shards = {"data_parallel": data_parallel, "zero_stage": zero_stage}
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
     counts = [microbatches] if microbatches is not None else [1]
     if ignore_memory:
         level, count = levels[0], counts[0]
         return MemoryPlan(level, count, estimate_memory(model, chips, batch // count, level, capacity_bytes,
-                                                         bytes_per_param))
+                                                         bytes_per_param, **shards))
     if microbatches is None:
-        counts += [m for m in range(2, batch + 1) if batch % m == 0]
+        counts += [m for m in range(2, batch + 1) if batch % m == 0 and (batch // m) % data_parallel == 0]
     tried: list[MemoryPlan] = []
     for count in counts:
         for level in levels if count == 1 else levels[-1:]:
-            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param)
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards)
             found = MemoryPlan(level, count, estimate)
             if estimate.feasible:
                 return found
             tried.append(found)
     smallest = min(tried, key=lambda plan: plan.estimate.shortfall_bytes)
     raise InfeasibleError(_shortfall(model, chips, batch, recompute, microbatches, smallest),
-                          _what_fits(model, chips, batch, capacity_bytes, bytes_per_param))
+                          _what_fits(model, chips, batch, capacity_bytes, bytes_per_param, shards))
 
 
 def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
@@ -163,15 +153,18 @@ def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recom
             f"{microbatches_text(smallest.microbatches)})")
 
 
-def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float) -> str:
+def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float,
+               shards: dict[str, int]) -> str:
     """The least change that fits, or why nothing on this many chips can."""
-    for count in (m for m in range(1, batch + 1) if batch % m == 0):
+    data = shards["data_parallel"]
+    for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
-            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param)
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards)
             if estimate.feasible:
                 micro = f" --microbatches {count}" if count > 1 else ""
                 return (f"--recompute {level}{micro} fits ({estimate.total_bytes / GB:.1f} GB per chip); or "
                         "--ignore-memory to time it anyway")
-    weights = estimate_memory(model, chips, 1, Recompute.FULL, capacity_bytes, bytes_per_param).parameters_bytes
+    weights = estimate_memory(model, chips, data, Recompute.FULL, capacity_bytes, bytes_per_param,
+                              **shards).parameters_bytes
     return (f"the weights, gradients and optimizer state alone take {weights / GB:.1f} GB per chip; use more chips, "
             "or --ignore-memory to time it anyway")

@@ -21,6 +21,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import operand_blocks
 from tpusim.gemm.simulate import check_gemm
+from tpusim.model.data_parallel import DataParallelPlan, data_parallel_plan
 from tpusim.model.feasibility import Split, split_for
 from tpusim.model.layer import (
     BlockShape,
@@ -64,6 +65,8 @@ class StepSpec:
     attention: Attention = Attention.UNFUSED  # how the attention core meets HBM
     prefetch_window: int = 1  # ops ahead a gather may start under the ``window`` policy
     prefetch_budget: float | None = None  # bytes of gathered buffers in hand early (window policy); None: no bound
+    zero_stage: int = 1  # how a D x R x C layout shards model state over the replicas (model.data_parallel)
+    accumulating: bool = False  # a micro-step before the last of gradient accumulation (model.data_parallel)
 
     @property
     def tokens(self) -> int:
@@ -91,6 +94,7 @@ class StepPlan:
     after: tuple[Op, ...]
     gemms: dict[str, PreparedGemm]
     violations: tuple[str, ...]
+    data: DataParallelPlan | None = None  # the collectives over the data axis of a D x R x C layout
 
     @property
     def params(self) -> GemmParams:
@@ -144,9 +148,11 @@ def _one_d_statistics(ops: tuple[Op, ...], parallelism: str) -> tuple[Op, ...]:
     return tuple(out)
 
 
-def plan_step(spec: StepSpec, mesh: tuple[int, int]) -> StepPlan:
-    """The whole plan of a step on ``mesh``."""
+def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
+    """The whole plan of a step on ``mesh``, or on each of ``data`` replicas of it (``spec.batch`` is then one
+    replica's batch)."""
     forward, backward, violations = plan_block(spec, mesh)
+    synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()
@@ -154,10 +160,11 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int]) -> StepPlan:
         shape, _ = block_shape(spec, mesh, True)
         before, middle, after = step_extras(spec.model, shape, spec.tokens, mesh, spec.dtype,
                                             embedding=spec.embedding, optimizer=spec.optimizer,
-                                            chips=mesh[0] * mesh[1])
+                                            chips=mesh[0] * mesh[1],
+                                            optimizer_share=1.0 if synced is None else synced.optimizer_share)
     found = list(violations)
     gemms = _prepare(spec, mesh, forward + backward + middle, found)
-    return StepPlan(forward, backward, before, middle, after, gemms, tuple(found))
+    return StepPlan(forward, backward, before, middle, after, gemms, tuple(found), synced)
 
 
 def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], violations: list[str]

@@ -1,7 +1,8 @@
 """The one per-chip program of a training step, and running a sequence of its ops on a network.
 
 Every chip runs the same sequence of ops: the once-per-step ops before the blocks, each block forward, the
-ops between the passes, each block backward in reverse, the ops after. A distributed GeMM runs its
+ops between the passes, each block backward in reverse, the ops after; in a D x R x C layout the data-parallel
+collectives join that sequence where ``tpusim.model.data_parallel`` says. A distributed GeMM runs its
 algorithm's own chip program; local work runs on the MXU or against HBM; LayerNorm statistics are one small
 all-reduce (XLA fuses the row means and mean-squares). Under ``previous-op`` prefetch the coming GeMM's
 data-independent gathers start when the op before it starts; under ``previous-gemm`` when the GeMM before it
@@ -28,15 +29,18 @@ from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
+from tpusim.model.data_parallel import GRADIENTS, SYNCED_DTYPE, WEIGHTS, DataSyncOp, DataWaitOp
 from tpusim.model.labels import op_label
 from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
+from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import parse_size
-from tpusim.vocabulary import EARLY_PREFETCH, Prefetch
+from tpusim.vocabulary import EARLY_PREFETCH, CollectiveOp, Prefetch
 
 __all__ = ["Entry", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops", "step_sequence"]
 
-Entry = tuple[Op, int]
+StepOp = Op | DataSyncOp | DataWaitOp
+Entry = tuple[StepOp, int]
 """One op of the sequence and the layer it belongs to (-1: once per step)."""
 
 Timeline = list[tuple[str, int, float, float]]
@@ -45,12 +49,36 @@ Timeline = list[tuple[str, int, float, float]]
 
 def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
     """The ops of a step with ``layers`` blocks, in the order every chip runs them."""
-    sequence: list[Entry] = [(op, -1) for op in plan.before]
-    sequence += [(op, layer) for layer in range(layers) for op in plan.forward]
+    data = plan.data
+    if data is None:
+        sequence: list[Entry] = [(op, -1) for op in plan.before]
+        sequence += [(op, layer) for layer in range(layers) for op in plan.forward]
+        sequence += [(op, -1) for op in plan.middle]
+        sequence += [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
+        return sequence + [(op, -1) for op in plan.after]
+    # the weights a pass needs are gathered one block ahead; each block's gradients leave as its backward ends
+    sequence = [(data.weights(0), 0)] if data.gathers_forward else []
+    sequence += [(op, -1) for op in plan.before]
+    for layer in range(layers):
+        if data.gathers_forward:
+            sequence.append((DataWaitOp(WEIGHTS, layer), layer))
+            if layer + 1 < layers:
+                sequence.append((data.weights(layer + 1), layer))
+        sequence += [(op, layer) for op in plan.forward]
+    if data.gathers_backward:
+        sequence.append((data.weights(layers - 1), layers - 1))
     sequence += [(op, -1) for op in plan.middle]
-    sequence += [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
-    sequence += [(op, -1) for op in plan.after]
-    return sequence
+    for layer in reversed(range(layers)):
+        if data.gathers_backward:
+            sequence.append((DataWaitOp(WEIGHTS, layer), layer))
+            if layer > 0:
+                sequence.append((data.weights(layer - 1), layer))
+        sequence += [(op, layer) for op in plan.backward]
+        if data.syncs_gradients:
+            sequence.append((data.gradients(layer), layer))
+    if data.syncs_gradients:
+        sequence.append((DataWaitOp(GRADIENTS, None), -1))
+    return sequence + [(op, -1) for op in plan.after]
 
 
 @dataclass(frozen=True)
@@ -137,6 +165,7 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
     """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline``."""
     issued: dict[int, Gathers] = {}
     held: dict[int, float] = {}
+    synced: dict[tuple[str, int], simpy.Event] = {}  # data-parallel collectives in flight, by kind and block
     tracer = dev.sim.tracer
     for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
@@ -154,7 +183,23 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
             yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name="")  # traced by the op's label alone
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+        elif isinstance(op, DataSyncOp):
+            synced[(op.name, op.target)] = _sync(dev, op)
+        elif isinstance(op, DataWaitOp):
+            done = [key for key in synced if key[0] == op.key and op.target in (None, key[1])]
+            if done:
+                yield dev.wait(*(synced.pop(key) for key in done))
         timeline.append((op.name, layer, start, dev.env.now))
+
+
+def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:
+    """Start the data-parallel collective ``op`` over the data axis."""
+    degree = dev.size(DATA_AXIS)
+    if op.collective is CollectiveOp.REDUCE_SCATTER:
+        return dev.reduce_scatter(Tensor((degree, op.elements // degree), SYNCED_DTYPE), DATA_AXIS, 0)
+    if op.collective is CollectiveOp.ALL_GATHER:
+        return dev.all_gather(Tensor((op.elements,), SYNCED_DTYPE), DATA_AXIS, 0)
+    return dev.all_reduce(Tensor((op.elements,), SYNCED_DTYPE), DATA_AXIS)
 
 
 @dataclass(frozen=True)
@@ -167,7 +212,7 @@ class OpsRun:
 
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
-            representatives: Sequence[tuple[int, int]] | None = None,
+            representatives: Sequence[tuple[int, ...]] | None = None,
             chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow(),
             keep_link_busy: bool = False, tracer: Tracer | None = None) -> OpsRun:
     """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed

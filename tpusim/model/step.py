@@ -32,6 +32,7 @@ from tpusim.model.layer import GemmOp, Op, ff_layers
 from tpusim.model.memory import estimate_memory
 from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import OpsRun, PrefetchWindow, run_ops, step_sequence
+from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
@@ -62,6 +63,9 @@ class StepResult(ResultMixin):
     multi_axis: str | None
     overlap_limits: str
     mesh: str
+    data_parallel: int
+    zero_stage: int | None
+    layout: str
     chips: int
     batch: int
     microbatches: int
@@ -77,6 +81,7 @@ class StepResult(ResultMixin):
     hfu: float
     compute_s: float
     exposed_comm_s: float
+    exposed_data_comm_s: float
     idle_s: float
     hbm_stall_s: float
     per_layer: list[dict[str, Any]]
@@ -117,32 +122,48 @@ def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     def fresh() -> Network:  # every simulated run starts from idle links
         return network_for(hardware, mapping, context=context, link_overrides=link_overrides)
 
-    result = _simulate_step(spec, fresh, chip_slowdown, bool(chip_slowdown or link_overrides), link_busy, tracer)
+    result = _simulate_step(spec, fresh, chip_slowdown, link_overrides, link_busy, tracer)
     if tracer is None:  # a traced result carries the trace's notes
         context.timings.put(key, result.to_dict())
     return result
 
 
 def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: dict[int, float] | None,
-                   overridden: bool, link_busy: LinkBusy | None = None, tracer: Tracer | None = None) -> StepResult:
+                   link_overrides: dict[int, LinkOverride] | None, link_busy: LinkBusy | None = None,
+                   tracer: Tracer | None = None) -> StepResult:
     network = fresh()
     hardware, mapping = network.hardware, network.mapping
-    mesh = mapping.shape
-    plan = plan_step(spec, mesh)
+    mesh, data = mapping.shape, mapping.data
+    if spec.batch % data:
+        raise InfeasibleError(f"{data} data-parallel replicas do not divide the batch of {spec.batch} sequences",
+                              f"choose a batch that is a multiple of {data}, or another layout")
+    whole, spec = spec, replace(spec, batch=spec.batch // data)  # from here on: one replica's share
+    plan = plan_step(spec, mesh, data)
     algorithm = next(iter(plan.gemms.values())).algorithm
-    obstacle = symmetric_obstacle(algorithm, plan.params, network, overrides=overridden)
+    obstacle = symmetric_obstacle(algorithm, plan.params, network, overrides=bool(chip_slowdown or link_overrides))
     fidelity, why = resolve_fidelity(spec.fidelity, obstacle)
     if fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
-    reps = representative_chips(algorithm, plan.params, network) if fidelity is Fidelity.SYMMETRIC else None
+    reps: list[tuple[int, ...]] | None = None
+    if fidelity is Fidelity.SYMMETRIC:
+        reps = list(representative_chips(algorithm, plan.params, network))
+    if reps is None and link_busy is None:  # a full run: replicas no slowdown touches behave alike
+        reps = replica_representatives(mapping, chip_slowdown, link_overrides)
+        if reps is not None:
+            kept = len(reps) // (mesh[0] * mesh[1])
+            alike = data - kept + 1
+            notes.append(f"{kept} of {data} replicas simulated chip by chip: the {alike} "
+                         f"{'no slowdown touches ' if kept > 1 else ''}behave alike, so one stands for all (exact; "
+                         "link totals not reported)")
     total_layers = spec.model.layers
     sizes: list[int] = []
     bytes_per_layer, busiest = None, None
-    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH:
+    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH and plan.data is None:
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
         step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps, link_busy)
+        exposed_data = 0.0
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
         sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
@@ -159,6 +180,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             _extrapolate_busy(link_busy, [w.link_busy for w in windows], sizes, total_layers)
         compute = extrapolate([w.account.parts.compute for w in windows])
         exposed = extrapolate([w.account.parts.exposed for w in windows])
+        exposed_data = extrapolate([w.account.exposed_data for w in windows])
         idle = extrapolate([w.account.parts.idle for w in windows])
         stall = extrapolate([w.account.hbm_stall for w in windows])
         if len(sizes) == 2:
@@ -176,19 +198,22 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if tracer is not None:  # one more run, of the largest window, recording the traced chips
         notes += trace_step(spec, fresh, plan, fidelity, reps, sizes, windows[-1].account.elapsed if sizes else None,
                             step_time, chip_slowdown, tracer)
-    chips = mesh[0] * mesh[1]
-    mfu, hfu = _utilisation(spec, chips * hardware.chip.peak_flops, step_time)
-    memory = estimate_memory(spec.model, chips, spec.batch, spec.recompute, hardware.chip.hbm_capacity,
-                             spec.bytes_per_param, reserved_bytes=spec.prefetch_budget)
+    chips = mapping.num_chips
+    mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
+    memory = estimate_memory(spec.model, chips, whole.batch, spec.recompute, hardware.chip.hbm_capacity,
+                             spec.bytes_per_param, reserved_bytes=spec.prefetch_budget, data_parallel=data,
+                             zero_stage=spec.zero_stage)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
-        chips=chips, batch=spec.batch, microbatches=1, layers=total_layers,
+        data_parallel=data, zero_stage=spec.zero_stage if data > 1 else None, layout=mapping.layout,
+        chips=chips, batch=whole.batch, microbatches=1, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
-        step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed, idle_s=idle,
+        step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed,
+        exposed_data_comm_s=exposed_data, idle_s=idle,
         hbm_stall_s=stall, per_layer=[asdict(t) for t in per_op],
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
@@ -241,7 +266,9 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     """A step of m micro-batches: m times the blocks (and embedding) of one micro-batch, one optimizer update.
 
     Ops run one after another on each chip, so the total is m times a micro-step without the update plus the
-    update's own time (the difference between a micro-step with and without it).
+    update's own time (the difference between a micro-step with and without it). In a D x R x C layout the m - 1
+    micro-steps before the last accumulate: they keep their gradients local where the ZeRO stage keeps whole
+    gradients (0, 1) and gather weights only under ZeRO 3 (``model.data_parallel``).
     """
     m = spec.microbatches
     if spec.batch % m:
@@ -253,11 +280,11 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     if tracer is not None:
         tracer.metadata["microbatch"] = f"one micro-batch of {micro.batch} sequences, of {m}"
         one.notes.append(f"trace: one micro-batch of {m} ({micro.batch} sequences)")
-    bare_busy = LinkBusy() if link_busy is not None and spec.optimizer else one_busy
-    bare = one if not spec.optimizer else simulate_step(replace(micro, optimizer=False), hardware, mapping,
-                                                        chip_slowdown=chip_slowdown,
-                                                        link_overrides=link_overrides, context=context,
-                                                        link_busy=bare_busy)
+    alike = not spec.optimizer and mapping.data == 1  # every micro-step is the same
+    bare_busy = LinkBusy() if link_busy is not None and not alike else one_busy
+    bare = one if alike else simulate_step(replace(micro, optimizer=False, accumulating=True), hardware, mapping,
+                                           chip_slowdown=chip_slowdown, link_overrides=link_overrides,
+                                           context=context, link_busy=bare_busy)
     if link_busy is not None and one_busy is not None and bare_busy is not None:
         if one_busy.seconds is not None and bare_busy.seconds is not None:
             link_busy.seconds = _accumulated(m, one_busy.seconds, bare_busy.seconds)
@@ -269,11 +296,14 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
 
     step_time = total("step_time_s")
     mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
+    once = [what for what, present in (("the optimizer update", spec.optimizer),
+                                       ("the data-parallel synchronisation", mapping.data > 1)) if present]
     note = (f"{m} micro-batches of {micro.batch} sequences, gradients accumulated: {m} x the micro-step"
-            + (" without the optimizer update, plus the update once" if spec.optimizer else ""))
+            + (f" without {' and '.join(once)}, plus {'them' if len(once) > 1 else 'it'} once" if once else ""))
     return replace(
         one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu,
-        compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"), idle_s=total("idle_s"),
+        compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
+        exposed_data_comm_s=total("exposed_data_comm_s"), idle_s=total("idle_s"),
         hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],
     )
 
@@ -284,7 +314,7 @@ def _accumulated(m: int, one: _Value, bare: _Value) -> _Value:
     return total
 
 
-def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, int]],
+def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, ...]],
                 link_busy: LinkBusy | None = None) -> tuple[float, float, float, float, float, list[OpTiming]]:
     """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once;
     ``link_busy`` gets the sum of the ops' link busy times the same way."""

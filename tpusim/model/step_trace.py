@@ -27,7 +27,7 @@ _SAME = 1e-9  # relative: the traced run and the step's window agree to rounding
 
 
 def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fidelity: Fidelity,
-               representatives: Sequence[tuple[int, int]] | None, sizes: list[int], window_time: float | None,
+               representatives: Sequence[tuple[int, ...]] | None, sizes: list[int], window_time: float | None,
                step_time: float, chip_slowdown: dict[int, float] | None, tracer: Tracer) -> list[str]:
     """Run the step's largest simulated window (``sizes``; none: the step summed its ops) into ``tracer``; the
     notes for the result. ``window_time`` is that window's elapsed time in the step's own run, when it has one."""
@@ -45,13 +45,13 @@ def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fid
     # beside the chips the algorithm needs (Cannon's dominating block decides when its groups' collectives start)
     alike = list(representatives or ()) == [(0, 0)]
     runners = None if representatives is None else sorted(
-        (set() if alike else set(representatives)) | {mapping.group_of(1, chip) for chip in traced})
+        (set() if alike else set(representatives)) | {mapping.index_of(chip) for chip in traced})
     run = run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=runners,
                   chip_slowdown=chip_slowdown, window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
                   tracer=tracer)
     critical = run.account.critical
     tracer.name_chips(mapping, {critical: "critical"})
-    i, j = mapping.group_of(1, anchor)
+    i, j = mapping.index_of(anchor)[:2]
     which = (f"chip {anchor} ({i},{j}) with its logical row and column" if chosen
              else "the chips asked for")
     if layers == total:
@@ -74,7 +74,7 @@ def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fid
            else f"symmetric: the traced chips ran their programs ({len(runners)} chips), the others behave alike")
     tracer.metadata.update({
         "tpusim": "training step", "model": spec.model.name, "algorithm": spec.algorithm,
-        "hardware": network.hardware.name, "mesh": f"{mapping.shape[0]}x{mapping.shape[1]}",
+        "hardware": network.hardware.name, "mesh": mapping.layout,
         "fidelity": str(fidelity), "trace_run": how, "layers": total, "traced_layers": simulated,
         "step_layers_simulated": sizes or "each distinct op once", "trace_time_s": run.account.elapsed,
         "step_time_s": step_time, "traced_chips": chip_ranges(traced), "traced_chips_rule": which,

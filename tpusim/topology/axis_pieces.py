@@ -48,8 +48,9 @@ class AxisPiece:
 
     def is_cyclic(self, topology: PhysicalTopology) -> bool:
         """Whether index length-1 is one piece step (via the wrap links) from index 0."""
-        # A segment never wraps: its ends are not adjacent even when the physical axis is.
-        return topology.wrap[self.phys_axis] and self.length >= 3 and (self.whole or self.stride > 1)
+        # A segment never wraps: its ends are not adjacent even when the physical axis is. A twisted wraparound
+        # lands on another line of the axis, so the piece's ends are several hops apart (docs/network.md#twisted-tori).
+        return topology.plain_wrap(self.phys_axis) and self.length >= 3 and (self.whole or self.stride > 1)
 
 
 def _best_assignment(

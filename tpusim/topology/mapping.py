@@ -3,12 +3,16 @@
 Logical axis 0 has size R (the R chips sharing column index j), axis 1 has size C (the C chips sharing
 row index i). The rank of a chip along a logical axis is its position on that axis's ring, so rank r and
 r+1 are physically adjacent wherever the embedding allows, and an all-gather concatenates in ring order.
-Also builds the abstract mesh of the calibrated profiles, which has rings but no physical links.
+A pod layout (``tpusim.topology.pod``) holds D replicas of the R x C mesh: chip (i, j) of replica d, the
+tensor axes 0 and 1 with one group per replica and row or column, and axis 2, the data axis, whose groups are
+the D chips at the same (i, j) of every replica. Also builds the abstract mesh of the calibrated profiles,
+which has rings but no physical links.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +24,16 @@ from tpusim.topology.physical import PhysicalTopology
 from tpusim.topology.rings import ring_order, ring_way
 
 __all__ = [
+    "DATA_AXIS",
     "AxisMapping",
     "AxisPiece",
     "MeshMapping",
     "RingEmbedding",
     "abstract_mesh",
+    "closed_ring",
     "map_mesh",
     "parse_mesh",
+    "place_axis",
 ]
 
 _MESH = re.compile(r"(\d+)(?:x(\d+))?")
@@ -110,59 +117,111 @@ class AxisMapping:
         }
 
 
+DATA_AXIS = 2
+"""The logical axis of the data-parallel replicas in a pod layout."""
+
+
 @dataclass(frozen=True, eq=False)
 class MeshMapping:
-    """A logical R x C mesh placed on a topology (or on the abstract calibrated network when None)."""
+    """A logical R x C mesh placed on a topology (or on the abstract calibrated network when None); in a pod
+    layout, D replicas of it with a third logical axis, the data axis.
+
+    ``chip_grid`` is [R, C] (one replica) or [D, R, C]; ``axes`` has two entries, or three in a pod layout.
+    """
 
     topology: PhysicalTopology | None
     shape: tuple[int, int]
-    axes: tuple[AxisMapping, AxisMapping]
+    axes: tuple[AxisMapping, ...]
     chip_grid: np.ndarray = field(repr=False)
-    _where: np.ndarray = field(init=False, repr=False)
-    _where_list: tuple[tuple[int, int], ...] = field(init=False, repr=False)
+    replica: MeshMapping | None = field(default=None, repr=False)
+    """In a pod layout: one replica's R x C mesh on its own sub-topology, whose GeMMs time the same."""
+    _where_list: tuple[tuple[int, int, int], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         rows, cols = self.shape
         grid = np.asarray(self.chip_grid, dtype=np.int64)
-        if grid.shape != (rows, cols) or not np.array_equal(np.sort(grid, axis=None), np.arange(rows * cols)):
-            raise TpusimError(
-                f"chip grid of mesh {rows}x{cols} is not a permutation of the chips 0..{rows * cols - 1}"
-            )
-        where = np.empty((rows * cols, 2), dtype=np.int64)
-        where[grid.ravel(), 0] = np.repeat(np.arange(rows), cols)
-        where[grid.ravel(), 1] = np.tile(np.arange(cols), rows)
+        pod = grid.reshape((-1, rows, cols)) if grid.size % max(rows * cols, 1) == 0 else grid
+        data = pod.shape[0] if pod.ndim == 3 else 0
+        chips = data * rows * cols
+        if grid.shape not in ((rows, cols), (data, rows, cols)) or not np.array_equal(
+                np.sort(grid, axis=None), np.arange(chips)):
+            raise TpusimError(f"chip grid of mesh {rows}x{cols} is not a permutation of the chips 0..{chips - 1}")
+        if len(self.axes) != (3 if grid.ndim == 3 else 2):
+            raise TpusimError(f"a mesh with chip grid {grid.shape} needs {grid.ndim} logical axes, "
+                              f"not {len(self.axes)}")
+        where = np.empty((chips, 3), dtype=np.int64)
+        where[pod.ravel(), 0] = np.tile(np.repeat(np.arange(rows), cols), data)
+        where[pod.ravel(), 1] = np.tile(np.arange(cols), rows * data)
+        where[pod.ravel(), 2] = np.repeat(np.arange(data), rows * cols)
         grid.setflags(write=False)
-        where.setflags(write=False)
         object.__setattr__(self, "chip_grid", grid)
-        object.__setattr__(self, "_where", where)
         # plain tuples: group_of runs once per collective call on the hot path
-        object.__setattr__(self, "_where_list", tuple((int(i), int(j)) for i, j in where))
+        object.__setattr__(self, "_where_list", tuple((int(i), int(j), int(d)) for i, j, d in where))
+
+    @property
+    def data(self) -> int:
+        """Number of data-parallel replicas (1 without a data axis)."""
+        return int(self.chip_grid.shape[0]) if self.chip_grid.ndim == 3 else 1
 
     @property
     def num_chips(self) -> int:
-        """Number of chips (R * C)."""
-        return self.shape[0] * self.shape[1]
+        """Number of chips (D * R * C)."""
+        return self.data * self.shape[0] * self.shape[1]
 
-    def chip(self, i: int, j: int) -> int:
-        """Chip id of logical chip (i, j)."""
+    @property
+    def tensor_mapping(self) -> MeshMapping:
+        """The R x C mesh a tensor-parallel GeMM runs on: this one, or one replica of a pod layout."""
+        return self.replica if self.replica is not None else self
+
+    @property
+    def layout(self) -> str:
+        """``"RxC"``, or ``"DxRxC"`` in a pod layout."""
+        mesh = f"{self.shape[0]}x{self.shape[1]}"
+        return f"{self.data}x{mesh}" if len(self.axes) == 3 else mesh
+
+    def size(self, axis: int) -> int:
+        """Number of members of every group of logical ``axis``."""
+        return self.axes[axis].size
+
+    def chip(self, i: int, j: int, d: int = 0) -> int:
+        """Chip id of logical chip (i, j) of replica ``d``."""
         row = _check_index(i, self.shape[0], "row index i")
-        return int(self.chip_grid[row, _check_index(j, self.shape[1], "column index j")])
+        col = _check_index(j, self.shape[1], "column index j")
+        if self.chip_grid.ndim == 2:
+            _check_index(d, 1, "replica d")
+            return int(self.chip_grid[row, col])
+        return int(self.chip_grid[_check_index(d, self.data, "replica d"), row, col])
+
+    def index_of(self, chip: int) -> tuple[int, ...]:
+        """Where a chip's program runs: (i, j), or (i, j, d) in a pod layout (row, column, replica)."""
+        i, j, d = self._where_list[_check_index(chip, self.num_chips, "chip")]
+        return (i, j) if len(self.axes) == 2 else (i, j, d)
 
     def group_of(self, axis: int, chip: int) -> tuple[int, int]:
-        """(group index, rank) of a chip on a logical axis: (j, i) on axis 0, (i, j) on axis 1."""
-        if axis not in (0, 1) or isinstance(axis, bool):
-            raise TopologyError(f"logical axis {axis!r} does not exist; valid: 0 (size R) or 1 (size C)")
-        i, j = self._where_list[_check_index(chip, self.num_chips, "chip")]
-        return (j, i) if axis == 0 else (i, j)
+        """(group index, rank) of a chip on a logical axis: (d C + j, i) on axis 0, (d R + i, j) on axis 1,
+        (i C + j, d) on the data axis."""
+        if isinstance(axis, bool) or axis not in range(len(self.axes)):
+            valid = "0 (size R) or 1 (size C)" + (", 2 (the data axis, size D)" if len(self.axes) == 3 else "")
+            raise TopologyError(f"logical axis {axis!r} does not exist; valid: {valid}")
+        i, j, d = self._where_list[_check_index(chip, self.num_chips, "chip")]
+        if axis == 0:
+            return (d * self.shape[1] + j, i)
+        if axis == 1:
+            return (d * self.shape[0] + i, j)
+        return (i * self.shape[1] + j, d)
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able summary of the mesh, the topology and both axes."""
-        return {
+        """JSON-able summary of the mesh, the topology and every axis."""
+        summary = {
             "mesh": f"{self.shape[0]}x{self.shape[1]}",
             "topology": self.topology.name if self.topology is not None else "abstract",
             "axis0": self.axes[0].describe(),
             "axis1": self.axes[1].describe(),
         }
+        if len(self.axes) == 3:
+            summary["layout"] = self.layout
+            summary["data"] = self.axes[DATA_AXIS].describe()
+        return summary
 
 
 def parse_mesh(text: str) -> tuple[int, int]:
@@ -242,27 +301,32 @@ def map_mesh(topology: PhysicalTopology, rows: int, cols: int, axis_map: str | N
     coords = offsets[0][:, None, :] + offsets[1][None, :, :]
     radix = np.cumprod((1, *topology.dims[:-1]), dtype=np.int64)
     chip_grid = coords @ radix
-    closed = tuple(len(p) > 1 or (len(p) == 1 and p[0].is_cyclic(topology)) for p in pieces)
-    groups = (
-        tuple(_ring(topology, chip_grid[:, j], closed[0]) for j in range(cols)),
-        tuple(_ring(topology, chip_grid[i, :], closed[1]) for i in range(rows)),
+    axes = (place_axis(topology, 0, pieces[0], [chip_grid[:, j] for j in range(cols)]),
+            place_axis(topology, 1, pieces[1], [chip_grid[i, :] for i in range(rows)]))
+    return MeshMapping(topology=topology, shape=(rows, cols), axes=axes, chip_grid=chip_grid)
+
+
+def closed_ring(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> bool:
+    """Whether a logical axis made of ``pieces`` is a closed ring (a snake, or one wrapped piece)."""
+    return len(pieces) > 1 or (len(pieces) == 1 and pieces[0].is_cyclic(topology))
+
+
+def place_axis(topology: PhysicalTopology, axis: int, pieces: tuple[AxisPiece, ...],
+               members: Sequence[np.ndarray]) -> AxisMapping:
+    """Logical ``axis`` made of ``pieces`` (on ``topology``'s own axes), one ring per group of ``members`` (chips
+    in rank order), with its routes."""
+    closed = closed_ring(topology, pieces)
+    groups = tuple(_ring(topology, chips, closed) for chips in members)
+    return AxisMapping(
+        axis=axis,
+        size=len(members[0]),
+        pieces=pieces,
+        physical=tuple(p.label(topology.axis_names) for p in pieces),
+        embedding=_embedding_name(topology, pieces),
+        closed=closed,
+        max_hops=max((len(r) for g in groups for r in (*g.fwd_routes, *g.bwd_routes)), default=0),
+        groups=groups,
     )
-    axes = tuple(
-        AxisMapping(
-            axis=axis,
-            size=(rows, cols)[axis],
-            pieces=pieces[axis],
-            physical=tuple(p.label(topology.axis_names) for p in pieces[axis]),
-            embedding=_embedding_name(topology, pieces[axis]),
-            closed=closed[axis],
-            max_hops=max(
-                (len(r) for g in groups[axis] for r in (*g.fwd_routes, *g.bwd_routes)), default=0
-            ),
-            groups=groups[axis],
-        )
-        for axis in (0, 1)
-    )
-    return MeshMapping(topology=topology, shape=(rows, cols), axes=(axes[0], axes[1]), chip_grid=chip_grid)
 
 
 def abstract_mesh(rows: int, cols: int) -> MeshMapping:

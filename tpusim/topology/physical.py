@@ -2,8 +2,9 @@
 
 Owns chip numbering (row-major with axis 0 fastest: ``chip = x + X*(y + Y*z)``), deterministic link
 numbering, the networkx graph with one edge per directed ICI link (built, and networkx imported, on first use:
-routing and link lookup need only the link arrays), and dimension-ordered routing. It knows nothing of TPU
-slice rules (:mod:`tpusim.topology.slices`) or logical meshes (:mod:`tpusim.topology.mapping`).
+routing and link lookup need only the link arrays), and dimension-ordered routing. A twisted torus
+(:mod:`tpusim.topology.twisted`) carries its twisted wraparound links as ordinary links and routes over them. It
+knows nothing of TPU slice rules (:mod:`tpusim.topology.slices`) or logical meshes (:mod:`tpusim.topology.mapping`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tpusim.errors import TopologyError
+from tpusim.topology.twisted import Twist, reduce_coords, shortest_vectors, twisted_axes
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -36,7 +38,12 @@ def _frozen(array: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class PhysicalTopology:
-    """Chips on a (possibly wrapped) grid with one link id (and one graph edge) per directed ICI link."""
+    """Chips on a (possibly wrapped) grid with one link id (and one graph edge) per directed ICI link.
+
+    ``twist`` is None on a plain torus or mesh. On a twisted torus it holds, per axis, the offset a + crossing of
+    that axis's wraparound adds to the other coordinates (docs/network.md#twisted-tori); its twisted links are
+    ordinary entries of the link arrays, with their axis and sign.
+    """
 
     name: str
     dims: tuple[int, ...]
@@ -46,10 +53,12 @@ class PhysicalTopology:
     link_dst: np.ndarray = field(repr=False)
     link_axis: np.ndarray = field(repr=False)
     link_sign: np.ndarray = field(repr=False)
+    twist: Twist | None = None
     _coords: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
     _hop: np.ndarray = field(init=False, repr=False)
     _graph: nx.DiGraph[int] | None = field(default=None, init=False, repr=False)
+    _shortest: tuple[tuple[int, ...], ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         ndims = len(self.dims)
@@ -58,6 +67,8 @@ class PhysicalTopology:
                 f"topology {self.name!r}: dims {self.dims}, wrap {self.wrap} and axis names "
                 f"{self.axis_names} must have the same length"
             )
+        if self.twist is not None:
+            self._check_twist(self.twist)
         num_links = len(self.link_src)
         if not (len(self.link_dst) == len(self.link_axis) == len(self.link_sign) == num_links):
             raise TopologyError(f"topology {self.name!r}: link arrays must all have the same length")
@@ -70,6 +81,29 @@ class PhysicalTopology:
         object.__setattr__(self, "_coords", _frozen(coords.astype(np.int64)))
         object.__setattr__(self, "_radix", _frozen(radix))
         object.__setattr__(self, "_hop", _frozen(hop))
+
+    def _check_twist(self, twist: Twist) -> None:
+        ndims = len(self.dims)
+        twisted = twisted_axes(twist) if len(twist) == ndims else ()
+        shifted = {other for axis in twisted for other in range(ndims) if twist[axis][other]}
+        if (len(twist) != ndims or any(len(offsets) != ndims for offsets in twist) or not twisted
+                or any(not self.wrap[axis] or twist[axis][axis] for axis in twisted)
+                or any(not self.wrap[other] or other in twisted for other in shifted)):
+            # reduce_coords relies on this: a twist shifts only plainly wrapping axes
+            raise TopologyError(
+                f"topology {self.name!r}: twist {twist} must give, per axis of {self.dims}, one offset per axis; "
+                "only wrapped axes may be twisted, and only onto other wrapped axes that are not twisted"
+            )
+
+    @property
+    def twisted(self) -> bool:
+        """Whether some wraparound links land shifted (a twisted torus)."""
+        return self.twist is not None
+
+    def plain_wrap(self, axis: int) -> bool:
+        """Whether ``axis`` wraps and its wraparound links close each line of the axis onto itself (not twisted)."""
+        axis = self._check_axis(axis)
+        return self.wrap[axis] and (self.twist is None or not any(self.twist[axis]))
 
     @property
     def graph(self) -> nx.DiGraph[int]:
@@ -121,13 +155,19 @@ class PhysicalTopology:
         return tuple(int(c) for c in self._coords[self._check_chip(chip)])
 
     def chip_at(self, coord: Sequence[int]) -> int:
-        """The chip at a coordinate; coordinates are taken modulo the size only along wrapped axes."""
+        """The chip at a coordinate; coordinates are taken modulo the size only along wrapped axes.
+
+        On a twisted torus a coordinate outside the grid is the chip that displacement reaches from chip 0 over the
+        links, so ``chip_at(coord(c) + e_a)`` is ``neighbor(c, a, +1)`` there too.
+        """
         values = tuple(int(c) for c in coord)
         if len(values) != len(self.dims):
             raise TopologyError(
                 f"coordinate {values!r} has {len(values)} axes but topology {self.name!r} has "
                 f"{len(self.dims)} ({', '.join(self.axis_names)})"
             )
+        if self.twist is not None:
+            return int(reduce_coords(np.array(values), self.dims, self.twist) @ self._radix)
         fixed = []
         for value, size, wraps, axis_name in zip(values, self.dims, self.wrap, self.axis_names, strict=True):
             if wraps:
@@ -169,8 +209,12 @@ class PhysicalTopology:
         """Link ids of the dimension-ordered shortest path src -> dst.
 
         Axes are resolved in order 0, 1, ...; along a wrapped axis the shorter way round is taken, and an
-        exact tie goes in the + direction.
+        exact tie goes in the + direction. On a twisted torus the path is a shortest one over the real links:
+        the displacement vector ``shortest_vectors`` picks (of the shortest, the lexicographically greatest: + before
+        - on axis 0, then axis 1, ...), walked axis 0 first, then 1, ... (docs/network.md#twisted-tori).
         """
+        if self.twist is not None:
+            return self._twisted_route(self._check_chip(src), self._check_chip(dst))
         chip = self._check_chip(src)
         target = self._coords[self._check_chip(dst)]
         links: list[int] = []
@@ -191,9 +235,28 @@ class PhysicalTopology:
                 chip = int(self.link_dst[link])
         return tuple(links)
 
+    def _twisted_route(self, chip: int, target: int) -> tuple[int, ...]:
+        shortest = self._shortest
+        if shortest is None:
+            shortest = shortest_vectors(self.num_chips, self.link_src, self.link_dst, self.link_axis,
+                                        self.link_sign, len(self.dims))
+            object.__setattr__(self, "_shortest", shortest)
+        assert self.twist is not None
+        # every link is a unit step of the torus's group, so src -> dst is a translate of chip 0 -> (dst - src)
+        offset = reduce_coords(self._coords[target] - self._coords[chip], self.dims, self.twist)
+        links: list[int] = []
+        for axis, steps in enumerate(shortest[int(offset @ self._radix)]):
+            slot = 0 if steps > 0 else 1
+            for _ in range(abs(steps)):
+                link = int(self._hop[chip, axis, slot])
+                links.append(link)
+                chip = int(self.link_dst[link])
+        return tuple(links)
 
-def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> PhysicalTopology:
-    """Build a topology from validated sizes and requested wraparound.
+
+def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool],
+                   twist: Twist | None = None) -> PhysicalTopology:
+    """Build a topology from validated sizes and requested wraparound (``twist``: see :class:`PhysicalTopology`).
 
     Wraparound only exists on axes of size >= 3: a size-2 axis already has its one link each way
     between its two chips, and a size-1 axis has no links at all.
@@ -212,12 +275,16 @@ def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> Phys
             here = int(coords[chip, axis])
             for sign in (1, -1):
                 there = here + sign
+                target = chip + (there - here) * int(radix[axis])
                 if not 0 <= there < size:
                     if not wraps[axis]:
                         continue
-                    there %= size
+                    step = np.zeros(len(sizes), dtype=np.int64)
+                    step[axis] = sign
+                    target = (chip + ((there % size) - here) * int(radix[axis]) if twist is None
+                              else int(reduce_coords(coords[chip] + step, sizes, twist) @ radix))
                 src.append(chip)
-                dst.append(chip + (there - here) * int(radix[axis]))
+                dst.append(target)
                 axes.append(axis)
                 signs.append(sign)
     return PhysicalTopology(
@@ -229,4 +296,5 @@ def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool]) -> Phys
         link_dst=_frozen(np.array(dst, dtype=np.int64)),
         link_axis=_frozen(np.array(axes, dtype=np.int64)),
         link_sign=_frozen(np.array(signs, dtype=np.int64)),
+        twist=twist,
     )

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpusim.errors import TopologyError
-from tpusim.topology.axis_pieces import choose_pieces
-from tpusim.topology.mapping import MeshMapping, map_mesh
+from tpusim.topology.axis_pieces import AxisPiece, choose_pieces
+from tpusim.topology.mapping import DATA_AXIS, MeshMapping, map_mesh, place_axis
 from tpusim.topology.physical import PhysicalTopology, build_topology
 
 __all__ = ["PodMapping", "map_pod"]
@@ -46,6 +46,9 @@ class PodMapping:
     """[D, R*C]: the physical chip of replica d's sub-topology chip q."""
     replica_links: np.ndarray
     """[D, links of the sub-topology]: the physical link of replica d's sub-topology link l."""
+    mesh: MeshMapping
+    """The whole layout as one three-axis mesh: chip (i, j) of replica d; the tensor axes 0 and 1 with one group
+    per replica and row or column, the data axis 2 with one group per (i, j) (what a simulation runs on)."""
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -113,6 +116,9 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
     for what, value in (("data-parallel degree", data), ("rows", rows), ("columns", cols)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TopologyError(f"{what} {value!r} must be an integer >= 1")
+    if topology.twisted:
+        raise TopologyError(f"a D x R x C layout on the twisted slice {topology.name!r} is not supported (its replicas "
+                            "would not be copies of one sub-topology); use the plain slice of the same shape")
     if data * rows * cols != topology.num_chips:
         raise TopologyError(f"layout {data}x{rows}x{cols} has {data * rows * cols} chips but topology "
                             f"{topology.name!r} has {topology.num_chips}; choose D x R x C = {topology.num_chips}")
@@ -147,4 +153,27 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
                      dtype=np.int64).reshape(data, sub.num_links)
     chips.setflags(write=False)
     links.setflags(write=False)
-    return PodMapping(topology, chosen, replica, data_view, chips, links)
+    return PodMapping(topology, chosen, replica, data_view, chips, links, _pod_mesh(topology, keep, replica, chips,
+                                                                                    data_view))
+
+
+def _pod_mesh(topology: PhysicalTopology, keep: tuple[int, ...], replica: MeshMapping, chips: np.ndarray,
+              data_view: MeshMapping) -> MeshMapping:
+    """The three-axis mesh of a layout: the replica's axes on the whole topology in every replica, and the data
+    rings (``data_view``'s, whose rank d is replica d) one per place (i, j)."""
+    rows, cols = replica.shape
+    grid = chips[:, replica.chip_grid]  # [D, R, C]
+
+    def lifted(pieces: tuple[AxisPiece, ...]) -> tuple[AxisPiece, ...]:  # sub-topology axis -> physical axis
+        return tuple(dataclasses.replace(piece, phys_axis=keep[piece.phys_axis]) for piece in pieces)
+
+    data = grid.shape[0]
+    axes = (
+        place_axis(topology, 0, lifted(replica.axes[0].pieces), [grid[d, :, j] for d in range(data)
+                                                                  for j in range(cols)]),
+        place_axis(topology, 1, lifted(replica.axes[1].pieces), [grid[d, i, :] for d in range(data)
+                                                                  for i in range(rows)]),
+        place_axis(topology, DATA_AXIS, data_view.axes[0].pieces, [grid[:, i, j] for i in range(rows)
+                                                                    for j in range(cols)]),
+    )
+    return MeshMapping(topology=topology, shape=(rows, cols), axes=axes, chip_grid=grid, replica=replica)

@@ -1,7 +1,8 @@
 """Named topologies: the slices of each TPU generation, generic tori and meshes, and parsing of topology specs.
 
 A TPUv4 slice is A x B x C with every side <= 4 or every side a multiple of 4; only slices made of whole 4x4x4 cubes
-have wraparound, and then on every axis (docs/network.md#tpuv4-slices-and-mapping). Other generations follow the
+have wraparound, and then on every axis (docs/network.md#tpuv4-slices-and-mapping). A whole-cube slice of sides
+k x k x 2k or k x 2k x 2k may be twisted (``4x4x8t``; docs/network.md#twisted-tori). Other generations follow the
 :class:`~tpusim.config.hardware.SliceRules` of their profile (docs/network.md#slices-of-each-generation). Generic
 ``torus:`` and ``mesh:``
 topologies have 1 to 4 axes of any size. This module validates user-written shapes and builds
@@ -20,6 +21,7 @@ from typing import Literal, Protocol
 from tpusim.errors import TopologyError
 from tpusim.limits import LimitError, exceeds, shape_chips, shorten
 from tpusim.topology.physical import PhysicalTopology, build_topology
+from tpusim.topology.twisted import TWIST_RULE, TWISTED_AXES, twist_offsets
 
 
 def _shape_text(dims: Sequence[object]) -> str:
@@ -99,9 +101,17 @@ def _sides_of(shape: str) -> tuple[int, ...]:
 
 def _valid_forms(rules: SliceRules) -> str:
     form, example = ("AxBxC", "4x4x16") if rules.axes == 3 else ("AxB", "8x16")
-    return (f"valid forms: a {_title(rules)} slice '{form}' (e.g. '{example}'), 'torus:16x16' or 'mesh:4x4x2' "
-            "(1 to 4 sides)")
-_SPEC = re.compile(r"(?:(?P<kind>[a-z0-9]+):)?(?P<dims>\d+(?:x\d+)*)")
+    twisted = ", a twisted one 'AxBxCt' (e.g. '4x4x8t')" if _can_twist(rules) else ""
+    return (f"valid forms: a {_title(rules)} slice '{form}' (e.g. '{example}'){twisted}, 'torus:16x16' or "
+            "'mesh:4x4x2' (1 to 4 sides)")
+
+
+def _can_twist(rules: SliceRules) -> bool:
+    """Twisted tori are wired by the optical switches between whole cubes of a three-axis generation."""
+    return rules.cube is not None and rules.axes == TWISTED_AXES
+
+
+_SPEC = re.compile(r"(?:(?P<kind>[a-z0-9]+):)?(?P<dims>\d+(?:x\d+)*)(?P<twisted>t)?")
 MAX_GENERIC_AXES = 4
 
 
@@ -125,9 +135,25 @@ def _title(rules: SliceRules) -> str:
     return "TPU" + rules.generation[3:] if rules.generation.startswith("tpu") else rules.generation
 
 
-def _slice(dims: Sequence[int], shown: str, rules: SliceRules) -> PhysicalTopology:
+def _twist_of(sides: tuple[int, ...], shown: str, rules: SliceRules) -> tuple[tuple[int, ...], ...]:
+    title = _title(rules)
+    if not _can_twist(rules) or rules.cube is None:
+        raise TopologyError(f"{title} slice {shown!r} cannot be twisted: twisted tori join whole cubes of a "
+                            "three-axis generation (TPUv4, TPUv5p) through the optical switches")
+    twist = twist_offsets(sides, rules.cube)
+    if twist is None:
+        cube = rules.cube
+        raise TopologyError(
+            f"illegal twisted {title} slice {shown!r}: a twisted torus needs {TWIST_RULE}, k a multiple of {cube} "
+            f"(e.g. {cube}x{cube}x{2 * cube}t, {cube}x{2 * cube}x{2 * cube}t, {2 * cube}x{2 * cube}x{4 * cube}t)"
+        )
+    return twist
+
+
+def _slice(dims: Sequence[int], shown: str, rules: SliceRules, twisted: bool = False) -> PhysicalTopology:
     title = _title(rules)
     sides = _check_sides(dims, shown, f"{title} slice")
+    twist = _twist_of(sides, shown, rules) if twisted else None
     if len(sides) != rules.axes:
         form = "x".join("ABCD"[:rules.axes])
         example = "4x4x8" if rules.axes == 3 else "8x16" if rules.axes == 2 else "16"
@@ -160,17 +186,22 @@ def _slice(dims: Sequence[int], shown: str, rules: SliceRules) -> PhysicalTopolo
             f"{title} slice {shown!r} has {math.prod(sides)} chips; the largest {title} slice has "
             f"{rules.max_chips} ({describe_rules(rules)})"
         )
-    return build_topology(f"{rules.generation}:{_shape_text(sides)}", sides, wraps)
+    name = f"{rules.generation}:{_shape_text(sides)}" + (" twisted" if twist is not None else "")
+    return build_topology(name, sides, wraps, twist)
 
 
-def slice_topology(dims: Sequence[int], rules: SliceRules = TPUV4_RULES) -> PhysicalTopology:
-    """A slice of the generation ``rules`` describe, sides in the given axis order."""
-    return _slice(dims, _shape_text(dims) if not isinstance(dims, str) else dims, rules)
+def slice_topology(dims: Sequence[int], rules: SliceRules = TPUV4_RULES, *, twisted: bool = False
+                   ) -> PhysicalTopology:
+    """A slice of the generation ``rules`` describe, sides in the given axis order; ``twisted`` wires it as a
+    twisted torus (docs/network.md#twisted-tori)."""
+    shown = (_shape_text(dims) + ("t" if twisted else "")) if not isinstance(dims, str) else dims
+    return _slice(dims, shown, rules, twisted)
 
 
-def tpuv4_slice(dims: Sequence[int]) -> PhysicalTopology:
-    """A TPUv4 slice with sides in the given axis order (``(4, 4, 16)`` -> ``"tpuv4:4x4x16"``)."""
-    return slice_topology(dims, TPUV4_RULES)
+def tpuv4_slice(dims: Sequence[int], *, twisted: bool = False) -> PhysicalTopology:
+    """A TPUv4 slice with sides in the given axis order (``(4, 4, 16)`` -> ``"tpuv4:4x4x16"``; ``(4, 4, 8)``
+    twisted -> ``"tpuv4:4x4x8 twisted"``)."""
+    return slice_topology(dims, TPUV4_RULES, twisted=twisted)
 
 
 def _generic(kind: str, dims: Sequence[int], shown: str) -> PhysicalTopology:
@@ -191,10 +222,11 @@ def generic_topology(kind: Literal["torus", "mesh"], dims: Sequence[int]) -> Phy
 
 
 def parse_topology(spec: str, rules: SliceRules = TPUV4_RULES) -> PhysicalTopology:
-    """A topology from a spec such as ``"4x4x16"``, ``"torus:16x16"`` or ``"mesh:4x4x2"``.
+    """A topology from a spec such as ``"4x4x16"``, ``"4x4x8t"``, ``"torus:16x16"`` or ``"mesh:4x4x2"``.
 
     A bare ``AxBxC`` (or ``<generation>:AxBxC``) is a slice of the generation ``rules`` describe (TPUv4 unless
-    told). Errors quote the spec verbatim and list the valid forms.
+    told); a trailing ``t`` (``4x4x8t``, ``tpuv4:4x8x8t``) wires it as a twisted torus. Errors quote the spec
+    verbatim and list the valid forms.
     """
     if not isinstance(spec, str):
         raise TopologyError(f"cannot parse topology {spec!r}; {_valid_forms(rules)}")
@@ -207,10 +239,14 @@ def parse_topology(spec: str, rules: SliceRules = TPUV4_RULES) -> PhysicalTopolo
     if too_many is not None:
         raise LimitError(f"topology {shorten(spec.strip())!r} has more chips than the limit: it {too_many}")
     sides = tuple(int(d) for d in match.group("dims").split("x"))
+    twisted = match.group("twisted") is not None
     if kind == rules.generation:
-        return _slice(sides, spec, rules)
+        return _slice(sides, spec, rules, twisted)
     if kind not in ("torus", "mesh"):
         raise TopologyError(f"topology {spec!r} has unknown kind {kind!r}; {_valid_forms(rules)}")
+    if twisted:
+        raise TopologyError(f"topology {spec!r}: '{kind}:' topologies wrap plainly; only slices of whole cubes "
+                            "can be twisted (e.g. '4x4x8t' on TPUv4)")
     return _generic(kind, sides, spec)
 
 

@@ -14,7 +14,7 @@ class Choice:
     ``step_time_s`` is the simulated step, the number the choice is judged by.
     """
 
-    mesh: str
+    mesh: str  # "RxC", or "DxRxC" for D data-parallel replicas
     algorithm: str
     dataflows: list[str]
     transposes: list[bool]
@@ -26,6 +26,8 @@ class Choice:
     hfu: float
     compute_s: float
     exposed_comm_s: float
+    exposed_data_comm_s: float
+    data_parallel: int
     memory_bytes_per_chip: float
     memory_feasible: bool
     feasible: bool
@@ -72,6 +74,7 @@ class TuneResult:
     recompute: str
     attention: str
     fidelity: str
+    zero_stage: int
     exhaustive: bool
     best: Choice
     runner_up: Choice | None

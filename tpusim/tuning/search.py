@@ -1,8 +1,11 @@
 """The autotuner: mesh shape, per-layer dataflow, transposition and slice count minimising the step time.
 
 Default search:
-1. Enumerate every feasible mesh R x C = P (``space``) and drop those that do not fit in HBM
-   (``capacity``) unless memory is ignored.
+1. Enumerate every feasible mesh R x C = P (``space``), and every layout D x R x C = P of D data-parallel replicas
+   (D dividing the batch, the data axis on whole physical axes; only D = ``dp`` when given), and drop those that
+   do not fit in HBM (``capacity``) unless memory is ignored. A replica's GeMMs and non-FF ops are priced on its
+   own R x C mesh with batch / D sequences; the data-parallel collectives add what no compute hides at the ends of
+   the step (``data_tail``).
 2. On every mesh, price every FF layer option with the algorithm's closed-form twins (by DES where a
    twin is missing) and the non-FF ops by theirs, and find the mesh's cheapest plans with the DP over
    layout flags (``dp``). Rank the meshes by that analytic step estimate.
@@ -14,7 +17,9 @@ Default search:
    On meshes simulated at full fidelity (every chip; slow), the K window is left out.
 4. Time the winner and the runner-up with ``simulate_step``. The runner-up is the best plan of the next
    mesh (the second plan of the same mesh when only one mesh is feasible); if it simulates faster, the
-   two swap.
+   two swap. A runner-up whose estimate is more than ``RUNNER_UP_MARGIN`` above the winner's simulated step is
+   not timed (a note says so): that check is there to catch close calls the estimates may misorder, and a
+   full-fidelity step of a large mesh costs more than the rest of the search.
 ``exhaustive`` prices every option of every mesh by DES in step 2 and skips step 3: the same DP, no pruning.
 Step times are layers x (non-FF ops + the FF layers' GeMMs): ops run one after another on each chip.
 """
@@ -25,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpusim.collectives.network import network_for, place_mesh
+from tpusim.collectives.network import network_for, place_mesh, takes_data_axis
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, UserError
@@ -38,6 +43,7 @@ from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.tuning.capacity import mesh_memory
+from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import (
     CostCache,
@@ -49,7 +55,14 @@ from tpusim.tuning.layer_costs import (
 )
 from tpusim.tuning.parallel import Entries, PendingTimes, SimulationPool, simulation_pool
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
-from tpusim.tuning.space import LayerOption, MeshCandidate, RejectedMesh, layer_options, mesh_candidates
+from tpusim.tuning.space import (
+    LayerOption,
+    MeshCandidate,
+    RejectedMesh,
+    data_degrees,
+    layer_options,
+    mesh_candidates,
+)
 from tpusim.units import GB
 from tpusim.vocabulary import Attention, Dataflow, Fidelity, Prefetch, Recompute
 
@@ -57,6 +70,7 @@ REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
 SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
+RUNNER_UP_MARGIN = 0.25  # a runner-up estimated this much slower than the winner's simulated step is not timed
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,8 @@ class TuneSpec:
     dataflows: tuple[Dataflow, ...] = tuple(Dataflow)  # the per-layer dataflows to choose from
     dtype: str = "bf16"
     bytes_per_param: float = 16.0
+    dp: int | None = None  # the data-parallel degree D; None: every D the chips, batch and topology allow
+    zero_stage: int = 1  # how layouts with D > 1 shard the model state (model.data_parallel)
 
 
 class _MeshSearch:
@@ -94,7 +110,8 @@ class _MeshSearch:
         self.dataflows = dataflows
         self.layers = layers
         self.context = context
-        self.pricer = LayerPricer(context, candidate.mapping, cache)
+        self.pricer = LayerPricer(context, candidate.mapping.tensor_mapping, cache)
+        self.tail = 0.0  # seconds per step of data-parallel synchronisation the ranking charges (``data_tail``)
         self.spec = spec
         self.flips = flips
         self.twin_prices: dict[tuple[int, LayerOption], float] = {}
@@ -104,7 +121,7 @@ class _MeshSearch:
         self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
         self.simulations: Entries = []  # what worker processes simulated for this mesh (``tune --jobs``)
         obstacle = symmetric_obstacle(context.algorithm, context.base,
-                                      network_for(context.hardware, candidate.mapping))
+                                      network_for(context.hardware, candidate.mapping.tensor_mapping))
         self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
         self._options: dict[tuple[int, bool], list[LayerOption]] = {}
 
@@ -167,7 +184,7 @@ class _MeshSearch:
         times = {}
         for start in self.starts:
             spec = replace(self.spec, transposes=(start,) * len(FF_LAYERS))
-            hardware, mapping = self.context.hardware, self.candidate.mapping
+            hardware, mapping = self.context.hardware, self.candidate.mapping.tensor_mapping
             twin = None
             if not simulated:
                 twin = non_ff_twin(spec, hardware, mapping)
@@ -268,33 +285,43 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
     budget = prefetch_budget(prefetch, request.prefetch_budget)
+    # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
     memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
                          hardware.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget)
+                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage)
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
-    if not request.ignore_memory:
-        notes.append(f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
-                     "sequences, "
-                     f"{memory.estimate.total_bytes / GB:.1f} GB per chip of "
-                     f"{memory.estimate.capacity_bytes / GB:.1f} GB")
 
-    candidates, rejected = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
-                                           request.allow_infeasible)
+    candidates: list[MeshCandidate] = []
+    rejected: list[RejectedMesh] = []
+    # the calibrated profiles' fitted costs describe one 2D mesh: they take no data axis unless one is asked for
+    dp = request.dp if request.dp is not None or takes_data_axis(hardware) else 1
+    for data in data_degrees(chips, micro, dp):
+        found, skipped = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
+                                         request.allow_infeasible, data)
+        candidates += found
+        rejected += skipped
     candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget)
     if not candidates:
         raise _no_mesh(request, micro, rejected)
 
-    spec = StepSpec(model, algorithm.name, micro, prefetch=prefetch, recompute=memory.recompute,
-                    attention=request.attention, prefetch_window=request.prefetch_window,
-                    prefetch_budget=budget,
-                    bytes_per_param=request.bytes_per_param, dtype=request.dtype,
-                    allow_infeasible=request.allow_infeasible, fidelity=request.fidelity)
-    pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
-                             pass_multiplicity(spec, candidates[0].mesh))
-    layers = ff_layers(model, micro * model.sequence)
     flips = algorithm.parallelism == "2d"
-    searches = [_MeshSearch(c, layers, pricing, cache, spec, flips, request.dataflows) for c in candidates]
+    searches = []
+    for data in sorted({c.data for c in candidates}):
+        # one replica's share of the micro-batch: its GeMM shapes, pass counts and non-FF ops
+        spec = StepSpec(model, algorithm.name, micro // data, prefetch=prefetch, recompute=memory.recompute,
+                        attention=request.attention, prefetch_window=request.prefetch_window,
+                        prefetch_budget=budget, bytes_per_param=request.bytes_per_param, dtype=request.dtype,
+                        allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,
+                        zero_stage=request.zero_stage)
+        among = [c for c in candidates if c.data == data]
+        pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
+                                 pass_multiplicity(spec, among[0].mesh))
+        layers = ff_layers(model, spec.tokens)
+        for candidate in among:
+            search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows)
+            search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage)
+            searches.append(search)
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
@@ -310,7 +337,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             _collect(search, submitted[number - 1])
         plans = search.plans(simulated=True, keep=2)
         if plans:
-            final.append((plans[0].cost, search.candidate.label, search, plans))
+            final.append((plans[0].cost + search.tail / model.layers, search.candidate.label, search, plans))
         report = _report(search, plans, simulated=True, layers=model.layers)
         previous = reports.get(search.candidate.label)
         report.analytic_step_s = previous.analytic_step_s if previous is not None else None
@@ -330,6 +357,14 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     timings = [(best_search, leader_plans[0])] + ([(runner_search, runner_plan)] if runner_plan is not None else [])
     best, *others = _time(pool, timings, whole, model.layers)
     runner = others[0] if others else None
+    if not request.ignore_memory:  # the memory of the layout chosen (data-parallel replicas repeat model state)
+        notes.insert(0, f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
+                        f"sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
+                        f"{memory.estimate.capacity_bytes / GB:.1f} GB")
+    if runner is None and runner_plan is not None:
+        notes.append(f"runner-up {runner_search.candidate.label} not timed as a whole step: its estimate "
+                     f"{_estimate(runner_search, runner_plan, whole, model.layers):.4g} s is more than "
+                     f"{RUNNER_UP_MARGIN:.0%} above the best's simulated {best.step_time_s:.4g} s")
     count(total, total)
     if runner is not None and runner.step_time_s < best.step_time_s:
         best, runner = runner, best
@@ -342,7 +377,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
         microbatches=memory.microbatches, prefetch=str(prefetch), recompute=str(memory.recompute),
-        attention=str(request.attention), fidelity=str(request.fidelity),
+        attention=str(request.attention), fidelity=str(request.fidelity), zero_stage=request.zero_stage,
         exhaustive=request.exhaustive, best=best, runner_up=runner,
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
@@ -363,7 +398,7 @@ def _uncounted(done: int, total: int) -> None:
 def _submit(pool: SimulationPool, search: _MeshSearch) -> PendingTimes:
     """Hand the GeMMs the mesh's DES-priced DP will simulate to the worker processes."""
     ctx = search.context
-    return pool.gemms(search.unsimulated(), ctx.algorithm.name, ctx.hardware, search.candidate.mapping,
+    return pool.gemms(search.unsimulated(), ctx.algorithm.name, ctx.hardware, search.candidate.mapping.tensor_mapping,
                       ctx.fidelity)
 
 
@@ -385,7 +420,7 @@ def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_me
     for search in searches:
         plans = search.plans(simulated=False, keep=SEED_PLANS)
         if plans:
-            ranked.append((plans[0].cost, search.candidate.label, search, plans))
+            ranked.append((plans[0].cost + search.tail / layers, search.candidate.label, search, plans))
         reports[search.candidate.label] = _report(search, plans, simulated=False, layers=layers)
     ranked.sort(key=lambda item: item[:2])
     refined = []
@@ -412,7 +447,8 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
     """Drop the meshes that overflow HBM (unless memory is ignored). ``plan_memory`` has already refused a step
     that fits on no mesh, with the smallest shortfall and what would fit."""
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
-                              request.bytes_per_param, reserved_bytes), c) for c in candidates]
+                              request.bytes_per_param, reserved_bytes, c.data, request.zero_stage), c)
+                 for c in candidates]
     if request.ignore_memory:
         over = [e for e, _ in estimates if not e.feasible]
         if over:
@@ -440,7 +476,7 @@ def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: 
     label = search.candidate.label
     if not plans:
         return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)")
-    estimate = plans[0].cost * layers
+    estimate = plans[0].cost * layers + search.tail
     if simulated:
         return MeshReport(label, "simulated", None, None, estimate)
     return MeshReport(label, "priced", None, estimate, None)
@@ -448,20 +484,31 @@ def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: 
 
 def _time(pool: SimulationPool | None, timings: list[tuple[_MeshSearch, Plan]], spec: StepSpec,
           layers: int) -> list[Choice]:
-    """Simulate the whole step of each plan on its mesh (on the worker processes, when there are any)."""
+    """Simulate the whole step of the winner's plan on its mesh, then that of the runner-up unless its estimate
+    is beyond ``RUNNER_UP_MARGIN`` of the winner's simulated step (it runs meanwhile on a worker, when there are
+    any, and is dropped the same way)."""
     specs = [_timed(search, plan, spec) for search, plan in timings]
-    # the first runs here, the others (the runner-up) meanwhile on a worker
     futures = [pool.step(timed, search.context.hardware, search.candidate.mapping, search.simulations)
                if pool is not None and number > 0 else None
                for number, (timed, (search, _)) in enumerate(zip(specs, timings, strict=True))]
-    choices = []
+    choices: list[Choice] = []
     for timed, (search, plan), future in zip(specs, timings, futures, strict=True):
+        if choices and _estimate(search, plan, spec, layers) > choices[0].step_time_s * (1 + RUNNER_UP_MARGIN):
+            if future is not None:
+                future.cancel()
+            continue
         result = future.result() if future is not None else None
         if result is None:  # one process, or the worker's simulation failed: this one raises the error
             result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
                                    context=search.pricer.cache.context)
         choices.append(_choice(search, plan, result, spec, layers))
     return choices
+
+
+def _estimate(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> float:
+    """The search's estimate of ``plan``'s whole step: its priced ops over every layer and micro-batch, plus the
+    data-parallel tail."""
+    return plan.cost * layers * spec.microbatches + search.tail
 
 
 def _timed(search: _MeshSearch, plan: Plan, spec: StepSpec) -> StepSpec:
@@ -476,8 +523,9 @@ def _choice(search: _MeshSearch, plan: Plan, result: StepResult, spec: StepSpec,
     return Choice(
         mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
-        estimate_step_s=plan.cost * layers * spec.microbatches, fidelity=result.fidelity, mfu=result.mfu,
-        hfu=result.hfu, compute_s=result.compute_s,
-        exposed_comm_s=result.exposed_comm_s, memory_bytes_per_chip=result.memory_bytes_per_chip,
+        estimate_step_s=_estimate(search, plan, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
+        hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
+        exposed_data_comm_s=result.exposed_data_comm_s, data_parallel=result.data_parallel,
+        memory_bytes_per_chip=result.memory_bytes_per_chip,
         memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
     )

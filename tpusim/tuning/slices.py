@@ -28,8 +28,9 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
     """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``; ``progress``
     hears (layers done, layers in all) as each layer's count is chosen."""
     algorithm = get_algorithm(spec.algorithm)
+    tokens = spec.batch // mapping.data * spec.model.sequence
+    mapping = mapping.tensor_mapping  # in a pod layout one replica's GeMMs, on its share of the batch
     mesh = mapping.shape
-    tokens = spec.batch * spec.model.sequence
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
     chosen = []
     layers = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)

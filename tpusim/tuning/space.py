@@ -2,7 +2,9 @@
 
 A candidate mesh is any factorisation R x C = P (not only powers of two) that the algorithm can run on:
 2D algorithms need C | heads and R | batch (unless infeasible configurations are allowed), 1D algorithms
-run on P x 1 only, and on a physical profile the logical mesh must map onto the topology. A layer option
+run on P x 1 only, and on a physical profile the logical mesh must map onto the topology. With data
+parallelism a candidate is a layout D x R x C = P: D replicas (D | batch, the data axis on whole physical axes,
+``tpusim.topology.pod``) of an R x C mesh that trains batch / D sequences. A layer option
 is a dataflow, a transposition flag and, for MeshSlice, a slice count K taken from every feasible value
 (``GemmAlgorithm.slice_options``, common to the layer's three passes), never from a table.
 Every option is confirmed by the algorithm's own feasibility check on all three passes.
@@ -48,8 +50,9 @@ class MeshCandidate:
 
     rows: int
     cols: int
-    mapping: MeshMapping
+    mapping: MeshMapping  # the whole layout; its ``tensor_mapping`` is one replica's R x C mesh
     transposed_ok: bool
+    data: int = 1  # data-parallel replicas D
 
     @property
     def mesh(self) -> tuple[int, int]:
@@ -57,7 +60,8 @@ class MeshCandidate:
 
     @property
     def label(self) -> str:
-        return f"{self.rows}x{self.cols}"
+        """``"RxC"``, or ``"DxRxC"`` with data parallelism."""
+        return f"{self.data}x{self.rows}x{self.cols}" if self.data > 1 else f"{self.rows}x{self.cols}"
 
 
 @dataclass(frozen=True)
@@ -73,30 +77,41 @@ def factorisations(chips: int) -> list[tuple[int, int]]:
     return [(r, chips // r) for r in range(1, chips + 1) if chips % r == 0]
 
 
+def data_degrees(chips: int, batch: int, dp: int | None) -> list[int]:
+    """The data-parallel degrees D a search considers: ``dp`` alone when given, else every D dividing both the
+    chips and the batch."""
+    if dp is not None:
+        return [dp]
+    return [d for d in range(1, chips + 1) if chips % d == 0 and batch % d == 0]
+
+
 def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: int, batch: int,
-                    hardware: HardwareProfile, topology: str | None,
-                    allow_infeasible: bool) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
-    """The meshes worth pricing, and the ones skipped with their reasons."""
+                    hardware: HardwareProfile, topology: str | None, allow_infeasible: bool,
+                    data: int = 1) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """The meshes (layouts of ``data`` replicas when > 1, each training batch / data) worth pricing, and the ones
+    skipped with their reasons."""
     two_d = algorithm.parallelism == "2d"
-    shapes = factorisations(chips) if two_d else [(chips, 1)]
+    group = chips // data
+    shapes = factorisations(group) if two_d else [(group, 1)]
     kept: list[MeshCandidate] = []
     rejected: list[RejectedMesh] = []
+    share = batch // data
     for rows, cols in shapes:
-        label = f"{rows}x{cols}"
+        label = f"{data}x{rows}x{cols}" if data > 1 else f"{rows}x{cols}"
         try:
-            split_for(model, (rows, cols), batch, algorithm.parallelism, allow_infeasible)
+            split_for(model, (rows, cols), share, algorithm.parallelism, allow_infeasible)
         except InfeasibleError as error:
             rejected.append(RejectedMesh(label, error.message))
             continue
         try:
-            mapping = place_mesh(hardware, rows, cols, topology=topology)
+            mapping = place_mesh(hardware, rows, cols, topology=topology, data=data)
         except TopologyError as error:
             rejected.append(RejectedMesh(label, error.message))
             continue
         # The transposed layout splits heads over axis 0 and sequences over axis 1: the swapped mesh's rules.
-        swapped = split_for(model, (cols, rows), batch, algorithm.parallelism, True)
+        swapped = split_for(model, (cols, rows), share, algorithm.parallelism, True)
         transposed_ok = two_d and (allow_infeasible or not swapped.violations)
-        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok))
+        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok, data))
     return kept, rejected
 
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from tpusim.errors import unknown_name
 from tpusim.experiments.families.comparisons import BREAKDOWN, HEADLINE
 from tpusim.experiments.families.family import Family
+from tpusim.experiments.families.pod import POD
 from tpusim.experiments.families.scaling import STRONG_SCALING, TUNER_ACCURACY, WEAK_SCALING
 from tpusim.experiments.families.sweeps import MESH_SHAPES, SENSITIVITY, SLICE_SWEEP
 
@@ -27,7 +28,7 @@ def _unique(families: tuple[Family, ...]) -> MappingProxyType[str, Family]:
 
 
 FAMILIES = _unique((HEADLINE, BREAKDOWN, WEAK_SCALING, STRONG_SCALING, TUNER_ACCURACY, SLICE_SWEEP, MESH_SHAPES,
-                    SENSITIVITY))
+                    SENSITIVITY, POD))
 
 
 def get_family(name: str) -> Family:

@@ -1,0 +1,119 @@
+"""Data parallelism in a training step: the collectives over the data axis of a D x R x C layout, as step ops.
+
+D replicas of the R x C tensor-parallel mesh each train batch / D sequences. The chips at the same place (i, j)
+of every replica hold the same shard of every weight, so they synchronise it over the data axis (logical axis 2,
+``tpusim.topology.pod``), in the same simulation as the tensor-parallel collectives
+(docs/workloads.md#data-parallelism):
+
+- **gradients**: each block's gradient shard (bf16, ``params_per_layer / (R C)`` per chip) leaves as one bucket
+  when the block's backward pass ends: reduce-scattered over D under ZeRO stage >= 1 (each replica keeps 1/D and
+  updates that part of the optimizer state), all-reduced under stage 0. The step waits for every bucket before the
+  optimizer update (or, without it, at its end); until then they overlap the backward pass of the blocks below.
+- **weights**: under ZeRO 3 a block's weights are all-gathered from their D shards before its forward pass and again
+  before its backward pass, one block ahead of use; under stages 1 and 2 the weights updated shard by shard are
+  all-gathered once per step, one block ahead of their forward use (the gather that follows the previous step's
+  update, which the periodic step issues at its start); stage 0 updates replicated weights and gathers nothing.
+
+One bucket per block and one block of lookahead are ASSUMPTIONS (frameworks choose bucket sizes and prefetch
+depths; docs/workloads.md#data-parallelism). The collectives share the chip's overlap limits with the tensor-
+parallel ones of the same kind (docs/network.md#overlap-limits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpusim.config import TransformerModel
+from tpusim.topology.mapping import DATA_AXIS
+from tpusim.units import dtype_bytes
+from tpusim.vocabulary import CollectiveOp, check_zero_stage
+
+__all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "data_parallel_plan"]
+
+GRADIENTS = "dp.grads"
+WEIGHTS = "dp.weights"
+SYNCED_DTYPE = "bf16"  # gradients and weights cross the data axis in bf16 (model.memory's WEIGHT/GRADIENT_BYTES)
+
+
+@dataclass(frozen=True)
+class DataSyncOp:
+    """Start a data-parallel collective of block ``target``'s gradients or weights and go on at once."""
+
+    name: str  # GRADIENTS or WEIGHTS: what a later DataWaitOp waits for
+    collective: CollectiveOp
+    elements: int  # bf16 elements this chip passes in
+    target: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this chip passes in."""
+        return self.elements * dtype_bytes(SYNCED_DTYPE)
+
+
+@dataclass(frozen=True)
+class DataWaitOp:
+    """Wait until the data-parallel collectives of kind ``key`` for block ``target`` (None: all) have finished."""
+
+    key: str
+    target: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}.wait"
+
+
+@dataclass(frozen=True)
+class DataParallelPlan:
+    """What one chip synchronises over the data axis: the degree D, the ZeRO stage and one block's shard."""
+
+    degree: int
+    zero_stage: int
+    block_elements: int  # parameters of one block on this chip (its tensor-parallel shard)
+    accumulating: bool = False  # a micro-step before the last of gradient accumulation
+
+    @property
+    def syncs_gradients(self) -> bool:
+        """Whether this step sends its gradients: always but in an accumulating micro-step that can keep whole
+        gradients (ZeRO 0 and 1; stages 2 and 3 keep only a 1/D shard, so every micro-step reduce-scatters)."""
+        return not self.accumulating or self.zero_stage >= 2
+
+    def gradients(self, block: int) -> DataSyncOp:
+        """The bucket of ``block``'s gradients, sent when its backward pass ends."""
+        if self.zero_stage >= 1:
+            return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, self.padded, block)
+        return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self.block_elements, block)
+
+    def weights(self, block: int) -> DataSyncOp:
+        """The all-gather of ``block``'s weights from their D shards."""
+        return DataSyncOp(WEIGHTS, CollectiveOp.ALL_GATHER, self.padded // self.degree, block)
+
+    @property
+    def padded(self) -> int:
+        """The block's elements rounded up to a multiple of D, so every replica holds an equal part."""
+        return math.ceil(self.block_elements / self.degree) * self.degree
+
+    @property
+    def gathers_forward(self) -> bool:
+        """Whether weights are all-gathered before the forward pass (ZeRO 1, 2 after the update, so once per step;
+        3 before every use)."""
+        return self.zero_stage >= 3 or (self.zero_stage >= 1 and not self.accumulating)
+
+    @property
+    def gathers_backward(self) -> bool:
+        """Whether weights are all-gathered again before the backward pass (ZeRO 3 frees them after use)."""
+        return self.zero_stage >= 3
+
+    @property
+    def optimizer_share(self) -> float:
+        """The part of the chip's shard whose optimizer update this chip runs (1/D once the state is sharded)."""
+        return 1.0 / self.degree if self.zero_stage >= 1 else 1.0
+
+
+def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
+                       accumulating: bool = False) -> DataParallelPlan | None:
+    """The data-parallel part of a step of ``degree`` replicas of ``mesh`` (None for a single replica)."""
+    stage = check_zero_stage(zero_stage)
+    if degree == 1:
+        return None
+    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / (mesh[0] * mesh[1])), accumulating)

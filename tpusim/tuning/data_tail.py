@@ -1,0 +1,39 @@
+"""The tuner's closed-form price of data parallelism: what of a step's data-parallel synchronisation no compute
+hides.
+
+A layout's gradient buckets overlap the backward pass of the blocks below them and its weight gathers the blocks
+before them (``tpusim.model.data_parallel``), except at the ends: the last block's bucket has nothing left to
+hide behind, nor has the first block's weight gather (ZeRO >= 1), nor, under ZeRO 3, the gather the backward pass
+opens with. The ranking charges those at their closed-form times; the whole steps the search ends with are
+simulated, overlap limits and all.
+"""
+
+from __future__ import annotations
+
+from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.network import network_for
+from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.model.data_parallel import DATA_AXIS, DataSyncOp, data_parallel_plan
+from tpusim.tuning.space import MeshCandidate
+
+__all__ = ["data_parallel_tail"]
+
+
+def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, model: TransformerModel,
+                       zero_stage: int) -> float:
+    """Seconds per step of ``candidate``'s data-parallel collectives the ranking assumes exposed (0 for D = 1)."""
+    plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage)
+    if plan is None:
+        return 0.0
+    network = network_for(hardware, candidate.mapping)
+
+    def twin(op: DataSyncOp) -> float:
+        found = network.twin(CollectiveCall(op.collective, DATA_AXIS, op.nbytes))
+        return found if found is not None else 0.0
+
+    exposed = [plan.gradients(0)]
+    if plan.gathers_forward:
+        exposed.append(plan.weights(0))
+    if plan.gathers_backward:
+        exposed.append(plan.weights(0))
+    return sum(twin(op) for op in exposed)
