@@ -226,7 +226,7 @@ def test_line_all_gather_on_a_twisted_axis_never_uses_the_twisted_links() -> Non
                       != topology.link_sign[link]])
     assert np.all(busy.seconds[wraps] == 0)
     assert np.all(busy.seconds[topology.link_axis != 0] == 0)
-    reason = network_for(TPUV4, mapping).asymmetry(overrides=False)
+    reason = network_for(TPUV4, map_mesh(topology, 4, 32)).asymmetry(overrides=False)
     assert reason == "logical axis 0 is a line (no wraparound): ranks finish at different times"
 
 
