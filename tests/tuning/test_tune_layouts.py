@@ -1,0 +1,101 @@
+"""The tuner over layouts D x R x C: which layouts it considers, pruned against exhaustive, and its choice timed as
+the step it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim.collectives.network import place_mesh
+from tpusim.config import TransformerModel
+from tpusim.hardware import load_hardware
+from tpusim.model.step import StepSpec, simulate_step
+from tpusim.tuning import CostCache, TuneResult, TuneSpec, tune
+from tpusim.vocabulary import Dataflow
+
+SMALL = TransformerModel(name="small", description="test model", layers=4, hidden=1024, heads=16, head_dim=64,
+                         ffn=4096, sequence=256)
+TPUV4 = load_hardware("tpuv4")
+
+
+def _request(**fields: object) -> TuneSpec:
+    base: dict[str, object] = {"model": SMALL, "hardware": TPUV4, "chips": 16, "topology": "torus:4x4",
+                               "ignore_memory": True, "dataflows": (Dataflow.OS, Dataflow.LS)}
+    return TuneSpec(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _labels(result: TuneResult) -> set[str]:
+    return {report.mesh for report in result.meshes}
+
+
+@pytest.fixture(scope="module")
+def searches() -> tuple[TuneResult, TuneResult]:
+    cache = CostCache()
+    return tune(_request(), cache), tune(_request(exhaustive=True), cache)
+
+
+def test_every_layout_the_topology_allows_is_considered(searches: tuple[TuneResult, TuneResult]) -> None:
+    default, _ = searches
+    # plain meshes R x C = 16, and D = 4 replicas (one whole axis of the 4x4 torus) of every R x C = 4 mesh, and
+    # D = 16 replicas of one chip; D = 2 and 8 take no whole physical axes, so their layouts are skipped
+    placed = {"1x16", "2x8", "4x4", "8x2", "16x1", "4x1x4", "4x2x2", "4x4x1", "16x1x1"}
+    unplaced = {"2x1x8", "2x2x4", "2x4x2", "2x8x1", "8x1x2", "8x2x1"}
+    assert _labels(default) == placed | unplaced
+    for report in default.meshes:
+        assert (report.status == "skipped") == (report.mesh in unplaced)
+        if report.mesh in unplaced:
+            assert report.reason is not None and "cannot take whole physical axes" in report.reason
+    assert default.zero_stage == 1
+
+
+def test_the_pruned_search_lands_within_one_percent_of_the_exhaustive_one(
+        searches: tuple[TuneResult, TuneResult]) -> None:
+    default, exhaustive = searches
+    assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01
+    assert exhaustive.simulated == exhaustive.evaluated
+    assert default.search_space == exhaustive.search_space
+
+
+def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]) -> None:
+    _, exhaustive = searches
+    best = exhaustive.best
+    sides = [int(side) for side in best.mesh.split("x")]
+    data, rows, cols = sides if len(sides) == 3 else [1, *sides]
+    assert best.data_parallel == data
+    mapping = place_mesh(TPUV4, rows, cols, topology="torus:4x4", data=data)
+    spec = StepSpec(SMALL, "meshslice", exhaustive.batch, tuple(best.slices),
+                    tuple(Dataflow(d) for d in best.dataflows), tuple(best.transposes),
+                    recompute=exhaustive.recompute, zero_stage=exhaustive.zero_stage)
+    step = simulate_step(spec, TPUV4, mapping)
+    assert step.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
+    assert step.exposed_data_comm_s == pytest.approx(best.exposed_data_comm_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("dp", "expected"), [
+    (1, {"1x16", "2x8", "4x4", "8x2", "16x1"}),
+    (4, {"4x1x4", "4x2x2", "4x4x1"}),
+])
+def test_dp_fixes_the_data_parallel_degree(dp: int, expected: set[str]) -> None:
+    result = tune(_request(dp=dp))
+    assert _labels(result) == expected
+    assert result.best.data_parallel == dp
+
+
+def test_a_calibrated_profile_takes_no_data_axis_unless_asked() -> None:
+    result = tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True))
+    assert all(report.mesh.count("x") == 1 for report in result.meshes)
+
+
+def test_a_runner_up_estimated_beyond_the_margin_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpusim.tuning.search as search
+
+    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", float("inf"))
+    timed = tune(_request(dp=1))
+    assert timed.runner_up is not None and timed.steps_simulated == 2
+    gap = timed.runner_up.estimate_step_s / timed.best.step_time_s - 1
+    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", gap * 0.999)  # just below the runner-up's estimate
+    dropped = tune(_request(dp=1))
+    assert dropped.runner_up is None and dropped.steps_simulated == 1
+    assert dropped.best == timed.best
+    assert any(note.startswith(f"runner-up {timed.runner_up.mesh} not timed as a whole step") for note in dropped.notes)
+    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", gap * 1.001)  # just above: timed again
+    assert tune(_request(dp=1)).runner_up == timed.runner_up
