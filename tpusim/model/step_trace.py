@@ -51,8 +51,9 @@ def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fid
                   tracer=tracer)
     critical = run.account.critical
     tracer.name_chips(mapping, {critical: "critical"})
-    i, j = mapping.index_of(anchor)[:2]
-    which = (f"chip {anchor} ({i},{j}) with its logical row and column" if chosen
+    where = ",".join(str(k) for k in mapping.index_of(anchor))
+    group = " and its data-parallel group" if mapping.data > 1 else ""
+    which = (f"chip {anchor} ({where}) with its logical row and column{group}" if chosen
              else "the chips asked for")
     if layers == total:
         simulated = f"all {total} layers"
