@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
                           progress=bar.phase if bar.drawn else None)
     finish_trace(tracer, args.trace, result)
     finish_link_map(link_busy, args.link_map, result.step_time_s,
-                    f"{result.model} training step, {result.algorithm} on a {result.mesh} mesh, "
+                    f"{result.model} training step, {result.algorithm} on a {result.layout} "
+                    f"{'layout' if result.data_parallel > 1 else 'mesh'}, "
                     f"{result.mapping['topology']}, fidelity {result.fidelity}", result.notes)
     if args.json:
         emit_json(result.to_dict())

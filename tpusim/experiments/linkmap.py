@@ -403,12 +403,14 @@ def _figure(topology: PhysicalTopology, layout: _Layout, values: FloatArray, lin
     sizes = _sizes(layout)
 
     left, right_pad, colourbar_room = 0.55, 0.25, 1.35
-    # room for every line of the title above the panels' own titles
-    top_room = 0.55 + (title.count("\n") + 1) * TITLE_SIZE * TITLE_SPACING / 72
     gap_across, gap_up = 0.35, 0.6
     grid_width = sizes.columns * sizes.panel_width + (sizes.columns - 1) * gap_across
     grid_height = sizes.rows * sizes.panel_height + (sizes.rows - 1) * gap_up
     width = max(left + grid_width + colourbar_room + right_pad, 6.0)
+    # the title wrapped to the figure's width, with room for every line above the panels' own titles
+    title_chars = max(40, int((width - left - right_pad) * 72 / (CHAR_WIDTH_EM * TITLE_SIZE)))
+    title = "\n".join(textwrap.fill(line, title_chars) for line in title.split("\n"))
+    top_room = 0.55 + (title.count("\n") + 1) * TITLE_SIZE * TITLE_SPACING / 72
     font = 9.0
     # a digit or a parenthesis is about 0.6 em wide in the default sans font; the summary lines are full of them
     chars = max(60, int((width - 0.4) * 72 / (CHAR_WIDTH_EM * font)))
