@@ -226,6 +226,23 @@ def test_the_data_parallel_collectives_of_each_zero_stage(stage: int, accumulati
     assert sorted(passed) == expected
 
 
+def test_the_tied_embedding_syncs_once_around_the_step() -> None:
+    mapping = _pod(4, topology="4x4x4")
+    spec = StepSpec(TINY, "collective", BATCH // 4, zero_stage=1, embedding=True, optimizer=True)
+    plan = plan_step(spec, mapping.shape, mapping.data)
+    names = [f"{op.name}{getattr(op, 'target', '')}" for op, _ in step_sequence(plan, 2)]
+    # gathered before the lookup; its bucket leaves once its own backward has run, before the update waits for all
+    assert names[:4] == ["dp.weights-1", "dp.weights0", "dp.weights.wait-1", "embedding"]
+    assert names[-5:] == ["dp.grads0", "embedding.bwd", "dp.grads-1", "dp.grads.waitNone", "optimizer"]
+    embedding = next(op for op, _ in step_sequence(plan, 2) if isinstance(op, DataSyncOp) and op.target == -1
+                     and op.name == "dp.grads")
+    tied = -(-TINY.vocabulary // (128 * 16)) * 128 * 16 * TINY.hidden // 16  # the padded vocabulary's share
+    assert embedding.elements == -(-tied // 4) * 4
+    auto = simulate_step(replace(spec, batch=BATCH), TPUV4, mapping)
+    full = simulate_step(replace(spec, batch=BATCH, fidelity=Fidelity.FULL), TPUV4, mapping)
+    _assert_same_step(auto, full, 1e-9)
+
+
 # ---------------------------------------------------------------------------------------------- memory
 
 

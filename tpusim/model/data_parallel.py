@@ -13,6 +13,9 @@ of every replica hold the same shard of every weight, so they synchronise it ove
   before its backward pass, one block ahead of use; under stages 1 and 2 the weights updated shard by shard are
   all-gathered once per step, one block ahead of their forward use (the gather that follows the previous step's
   update, which the periodic step issues at its start); stage 0 updates replicated weights and gathers nothing.
+- **the embedding** (tied with the LM head, where the step includes them): one more bucket, sent once the
+  embedding's gradient is complete (after its backward, before the optimizer update), and under ZeRO >= 1 one more
+  gather, before the embedding lookup.
 
 One bucket per block and one block of lookahead are ASSUMPTIONS (frameworks choose bucket sizes and prefetch
 depths; docs/workloads.md#data-parallelism). The collectives share the chip's overlap limits with the tensor-
@@ -25,6 +28,7 @@ import math
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
+from tpusim.model.layer import padded_vocabulary
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp, check_zero_stage
@@ -71,6 +75,15 @@ class DataParallelPlan:
     zero_stage: int
     block_elements: int  # parameters of one block on this chip (its tensor-parallel shard)
     accumulating: bool = False  # a micro-step before the last of gradient accumulation
+    embedding_elements: int = 0  # parameters of the (tied) embedding and LM head on this chip; 0: not in the step
+
+    def _elements(self, block: int) -> int:
+        """This chip's parameters of ``block`` (-1: the embedding and LM head)."""
+        return self.embedding_elements if block < 0 else self.block_elements
+
+    def _padded(self, block: int) -> int:
+        """``block``'s elements rounded up to a multiple of D, so every replica holds an equal part."""
+        return math.ceil(self._elements(block) / self.degree) * self.degree
 
     @property
     def syncs_gradients(self) -> bool:
@@ -81,17 +94,12 @@ class DataParallelPlan:
     def gradients(self, block: int) -> DataSyncOp:
         """The bucket of ``block``'s gradients, sent when its backward pass ends."""
         if self.zero_stage >= 1:
-            return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, self.padded, block)
-        return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self.block_elements, block)
+            return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, self._padded(block), block)
+        return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self._elements(block), block)
 
     def weights(self, block: int) -> DataSyncOp:
         """The all-gather of ``block``'s weights from their D shards."""
-        return DataSyncOp(WEIGHTS, CollectiveOp.ALL_GATHER, self.padded // self.degree, block)
-
-    @property
-    def padded(self) -> int:
-        """The block's elements rounded up to a multiple of D, so every replica holds an equal part."""
-        return math.ceil(self.block_elements / self.degree) * self.degree
+        return DataSyncOp(WEIGHTS, CollectiveOp.ALL_GATHER, self._padded(block) // self.degree, block)
 
     @property
     def gathers_forward(self) -> bool:
@@ -111,9 +119,12 @@ class DataParallelPlan:
 
 
 def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
-                       accumulating: bool = False) -> DataParallelPlan | None:
-    """The data-parallel part of a step of ``degree`` replicas of ``mesh`` (None for a single replica)."""
+                       accumulating: bool = False, embedding: bool = False) -> DataParallelPlan | None:
+    """The data-parallel part of a step of ``degree`` replicas of ``mesh`` (None for a single replica);
+    ``embedding``: the step includes the embedding and LM head (one tied matrix over the padded vocabulary)."""
     stage = check_zero_stage(zero_stage)
     if degree == 1:
         return None
-    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / (mesh[0] * mesh[1])), accumulating)
+    chips = mesh[0] * mesh[1]
+    tied = math.ceil(padded_vocabulary(model, mesh) * model.hidden / chips) if embedding else 0
+    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied)

@@ -272,6 +272,9 @@ def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: i
     return fused
 
 
+OPTIMIZER = "optimizer"  # the name of the once-per-step Adam update
+
+
 def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:
     """Vocabulary padded to a multiple of 128 x R x C, so the LM head splits evenly (Megatron pads likewise)."""
     unit = 128 * mesh[0] * mesh[1]
@@ -308,5 +311,5 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
         after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act, VECTOR_OPS_PER_ELEMENT["embedding.bwd"] * act))
     if optimizer:
         params = model.params_per_layer * model.layers / chips * optimizer_share
-        after.append(LocalOp("optimizer", 0.0, params * (2 * 3 * 4 + 2 * b), VECTOR_OPS_PER_ELEMENT["adam"] * params))
+        after.append(LocalOp(OPTIMIZER, 0.0, params * (2 * 3 * 4 + 2 * b), VECTOR_OPS_PER_ELEMENT["adam"] * params))
     return tuple(before), tuple(middle), tuple(after)

@@ -152,7 +152,8 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
     """The whole plan of a step on ``mesh``, or on each of ``data`` replicas of it (``spec.batch`` is then one
     replica's batch)."""
     forward, backward, violations = plan_block(spec, mesh)
-    synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating)
+    synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating,
+                                embedding=spec.embedding)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()

@@ -31,7 +31,7 @@ from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
 from tpusim.model.data_parallel import GRADIENTS, SYNCED_DTYPE, WEIGHTS, DataSyncOp, DataWaitOp
 from tpusim.model.labels import op_label
-from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, Op
+from tpusim.model.layer import OPTIMIZER, GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import parse_size
@@ -57,7 +57,11 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
         sequence += [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
         return sequence + [(op, -1) for op in plan.after]
     # the weights a pass needs are gathered one block ahead; each block's gradients leave as its backward ends
-    sequence = [(data.weights(0), 0)] if data.gathers_forward else []
+    embedding = data.embedding_elements > 0
+    sequence = [(data.weights(-1), -1)] if data.gathers_forward and embedding else []
+    sequence += [(data.weights(0), 0)] if data.gathers_forward else []
+    if data.gathers_forward and embedding:
+        sequence.append((DataWaitOp(WEIGHTS, -1), -1))
     sequence += [(op, -1) for op in plan.before]
     for layer in range(layers):
         if data.gathers_forward:
@@ -76,9 +80,14 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
         sequence += [(op, layer) for op in plan.backward]
         if data.syncs_gradients:
             sequence.append((data.gradients(layer), layer))
+    # the embedding's gradient is complete once its own backward (in ``after``) has run; the update waits for all
+    update = [op for op in plan.after if op.name == OPTIMIZER]
+    sequence += [(op, -1) for op in plan.after if op.name != OPTIMIZER]
     if data.syncs_gradients:
+        if embedding:
+            sequence.append((data.gradients(-1), -1))
         sequence.append((DataWaitOp(GRADIENTS, None), -1))
-    return sequence + [(op, -1) for op in plan.after]
+    return sequence + [(op, -1) for op in update]
 
 
 @dataclass(frozen=True)
