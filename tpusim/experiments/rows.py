@@ -92,12 +92,16 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("estimate_step_s", "tune"),
         ("compute_s", "gemm step tune"),
         ("exposed_comm_s", "gemm step tune"),
+        ("exposed_data_comm_s", "step tune"),
         ("idle_s", "gemm step"),
         ("hbm_stall_s", "gemm step"),
         ("mfu", "step tune"),
         ("hfu", "step tune"),
         ("fidelity", "collective gemm step tune"),
         ("mesh", "gemm step tune"),
+        ("layout", "step"),
+        ("data_parallel", "step tune"),
+        ("zero_stage", "step tune"),
         ("chips", "step"),
         ("batch", "step tune"),
         ("microbatches", "step tune"),
@@ -130,9 +134,9 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("steps_simulated", "tune"),
         ("search_space", "tune"),
     ))
-_FROM_BEST = frozenset({"step_time_s", "estimate_step_s", "compute_s", "exposed_comm_s", "mfu", "hfu", "fidelity",
-                        "mesh", "dataflows", "transposes", "slices", "memory_bytes_per_chip", "memory_feasible",
-                        "feasible"})
+_FROM_BEST = frozenset({"step_time_s", "estimate_step_s", "compute_s", "exposed_comm_s", "exposed_data_comm_s",
+                        "mfu", "hfu", "fidelity", "mesh", "data_parallel", "dataflows", "transposes", "slices",
+                        "memory_bytes_per_chip", "memory_feasible", "feasible"})
 """Fields of a tune point taken from its ``best`` choice: the configuration that ran, with its resolved fidelity
 (the tune result's own ``fidelity`` is the one requested, already in ``point.fidelity``)."""
 
