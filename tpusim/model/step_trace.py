@@ -44,7 +44,9 @@ def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fid
     # at symmetric fidelity the traced chips run as representatives: alone where any chip stands for all, else
     # beside the chips the algorithm needs (Cannon's dominating block decides when its groups' collectives start)
     alike = list(representatives or ()) == [(0, 0)]
-    runners = None if representatives is None else sorted(
+    # a full run that simulated only the replicas that differ traces every chip: a traced chip of another replica
+    # would otherwise run without its replica
+    runners = None if representatives is None or fidelity is Fidelity.FULL else sorted(
         (set() if alike else set(representatives)) | {mapping.index_of(chip) for chip in traced})
     run = run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=runners,
                   chip_slowdown=chip_slowdown, window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
