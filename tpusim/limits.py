@@ -53,6 +53,7 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
     Limit("chunks", 4096, "pipelined chunks per message"),
     Limit("slices", 4096, "MeshSlice slices"),
     Limit("gemm_dim", 2**24, "elements along a GeMM dimension (m, n or k)"),
+    Limit("batch", 2**20, "sequences of a global batch"),
     Limit("verify_bytes", 2**28, "bytes of float64 --verify operands (X, W and Y together)"),
     Limit("sweep_points", 100_000, "points of a sweep (grid product plus include)"),
     Limit("file_bytes", 2**20, "bytes of a YAML file"),

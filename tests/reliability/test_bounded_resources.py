@@ -89,6 +89,11 @@ OVERSIZED = [
                  "limit of 268435456 bytes of float64 --verify operands", id="verify-payload"),
     pytest.param(["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "1000000000"],
                  f"--chips '1000000000' {CHIPS_LIMIT}", id="tune-billion-chips"),
+    pytest.param([*STEP, "--chips", "256", "--mesh", "16x16", "--batch", "1000000000000"],
+                 "--batch '1000000000000' exceeds the limit of 1048576 sequences of a global batch; valid: up to "
+                 "1048576 (raise it with TPUSIM_LIMITS_BATCH=N, see docs/limits.md)", id="step-batch"),
+    pytest.param(["tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "256", "--batch", "2000000"],
+                 "--batch '2000000' exceeds the limit of 1048576 sequences of a global batch", id="tune-batch"),
     pytest.param([*GEMM, "--m", HUGE, "--n", "64", "--k", "64"],
                  f"--m '{HUGE[:39]}... (334 characters) exceeds the limit of 16777216 elements along a GeMM "
                  "dimension", id="m-beyond-float"),

@@ -293,6 +293,7 @@ Chips = Annotated[int, BeforeValidator(_limited("chips")), _COUNT_SCHEMA]
 Chunks = Annotated[int, BeforeValidator(_limited("chunks")), _COUNT_SCHEMA]
 Slices = Annotated[int, BeforeValidator(_limited("slices")), _COUNT_SCHEMA]
 GemmDim = Annotated[int, BeforeValidator(_limited("gemm_dim")), _COUNT_SCHEMA]
+Batch = Annotated[int, BeforeValidator(_limited("batch")), _COUNT_SCHEMA]
 Topology = Annotated[str, BeforeValidator(_topology)]
 OverlapLimit = Annotated[int | str, BeforeValidator(_overlap_limit),
                          Field(json_schema_extra={"anyOf": [{"type": "integer", "minimum": 1}, {"const": UNLIMITED}]})]
@@ -482,7 +483,7 @@ class StepRequest(_Algorithm):
         None, description="per FF layer (qkv,out_proj,ff1,ff2), e.g. os,ls,os,ls (default: the heuristic)")
     transposes: Annotated[Flag | list[Flag] | None, BeforeValidator(_per_layer(_flag))] = Field(
         None, description="per FF layer 0/1, e.g. 0,0,0,0")
-    batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
+    batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
                                    "symmetric")
     recompute: RecomputeField = Recompute.AUTO
@@ -531,7 +532,7 @@ class TuneRequest(Request):
     model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
     chips: Chips = Field(description="chip count P; every mesh R x C = P is considered")
     algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
-    batch: Count | None = Field(None, description="global batch in sequences (default: the chip count)")
+    batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
     topology: Topology | None = Field(None, description="physical network (default: the TPUv4 slice for the chip "
                                       "count)")
     prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
