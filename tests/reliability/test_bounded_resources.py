@@ -293,3 +293,14 @@ def test_nan_time_in_the_event_loop_ends_it() -> None:
     with pytest.raises(NonFiniteError, match="a simulated transfer's time came out inf"):
         api.collective(hardware="tpuv4", topology="4x4x4", mesh="8x8", axis=0, op="all-gather", bytes="64MB",
                        scale={"beta": 1e-320})
+
+
+def test_a_profile_chunk_cap_beyond_the_limit_is_refused(tmp_path: Path) -> None:
+    from tpusim.config.catalog import HARDWARE
+
+    text = HARDWARE.resolve("tpuv4").read_text()
+    assert "max_chunks: 256" in text
+    (tmp_path / "big.yaml").write_text(text.replace("max_chunks: 256", "max_chunks: 1000000000"))
+    argv = [*ALL_GATHER, "--hardware", str(tmp_path / "big.yaml"), "--topology", "4x4x4", "--mesh", "16x4"]
+    assert "ici.max_chunks: 1000000000 exceeds the limit of 4096 pipelined chunks per message" in _refused(
+        _tpusim(argv, tmp_path))

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tpusim.config.loader import Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
+from tpusim.limits import limit_of
 from tpusim.vocabulary import CollectiveOp, MultiAxis, Prefetch
 
 __all__ = [
@@ -131,6 +132,15 @@ class IciSpec(FrozenModel):
     0: reductions cost nothing."""
     max_chunks: Count = 256
     """Most chunks a pipelined broadcast or reduce is cut into (bounds simulation work where chunking is free)."""
+
+    @field_validator("max_chunks")
+    @classmethod
+    def _chunks_within_limit(cls, value: int) -> int:
+        limit = limit_of("chunks")
+        if value > limit:
+            raise ValueError(f"{value} exceeds the limit of {limit} pipelined chunks per message; valid: up to "
+                             f"{limit} (raise it with TPUSIM_LIMITS_CHUNKS=N, see docs/limits.md)")
+        return value
 
 
 class OpCalibration(FrozenModel):
