@@ -99,3 +99,10 @@ def test_a_runner_up_estimated_beyond_the_margin_is_not_timed(monkeypatch: pytes
     assert any(note.startswith(f"runner-up {timed.runner_up.mesh} not timed as a whole step") for note in dropped.notes)
     monkeypatch.setattr(search, "RUNNER_UP_MARGIN", gap * 1.001)  # just above: timed again
     assert tune(_request(dp=1)).runner_up == timed.runner_up
+
+
+def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
+    from tpusim.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError, match="data parallelism does not apply to calibrated profile 'meshslice-sim'"):
+        tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True, dp=4))

@@ -294,7 +294,11 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
 
     candidates: list[MeshCandidate] = []
     rejected: list[RejectedMesh] = []
-    # the calibrated profiles' fitted costs describe one 2D mesh: they take no data axis unless one is asked for
+    # the calibrated profiles' fitted costs describe one 2D mesh: they take no data axis
+    if not takes_data_axis(hardware) and (request.dp or 1) > 1:
+        raise InfeasibleError(f"--dp {request.dp}: data parallelism does not apply to calibrated profile "
+                              f"{hardware.name!r}, whose fitted costs describe one 2D mesh; use a physical profile "
+                              "such as 'tpuv4', or --dp 1")
     dp = request.dp if request.dp is not None or takes_data_axis(hardware) else 1
     for data in data_degrees(chips, micro, dp):
         found, skipped = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
