@@ -109,6 +109,18 @@ def test_headline_explains_its_ms_labels(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert "simulated +5.0% (vs wang), paper +12.0%" in ax.get_title()
 
 
+def test_headline_panel_with_no_result_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A model that fits on no mesh (MT-NLG in the 16 GB of a TPU v5e) leaves its panel empty, saying why."""
+    rows = [{"model": model, "memory": "feasible", "algorithm": algorithm, "mesh": "32x8" if time else "",
+             "step_time_s": time, "meshslice_speedup": None, "best_other_2d": None, "speedup_vs_best_other_2d": None}
+            for model, time in (("gpt3-175b", 10.0), ("megatron-nlg-530b-ms", None))
+            for algorithm in ("wang", "meshslice")]
+    drawn = draw(monkeypatch, comparisons, "headline", rows, tmp_path / "headline.png")
+    empty = next(ax for ax in drawn["fig"].axes if ax.get_title().startswith("megatron-nlg-530b-ms"))
+    assert [t.get_text() for t in empty.texts] == ["no result for any algorithm\n(see the error column of the CSV)"]
+    assert not empty.patches
+
+
 POD_LAYOUTS = {256: "256x1", 512: "2x256x1", 1024: "4x32x8", 2048: "8x16x16", 4096: "16x16x16"}
 POD_REPLICAS = {256: 1, 512: 2, 1024: 4, 2048: 8, 4096: 16}
 

@@ -117,12 +117,14 @@ def headline_table(rows: list[dict[str, Any]]) -> str:
              f"{'MS speedup':>11}"]
     for row in rows:
         speedup = row.get("meshslice_speedup")
-        lines.append(
-            f"{row['model']:<22} {row['memory']:<9} {row['algorithm']:<11} {row['mesh']:<7} "
-            f"{(row['step_time_s'] or float('nan')):>9.3f} {100 * (row['mfu'] or 0):>5.1f}% "
-            f"{100 * (row['hfu'] or 0):>5.1f}% "
-            f"{'' if speedup is None or row['algorithm'] == 'meshslice' else f'{100 * speedup:+.1f}%':>11}"
-        )
+        if row["step_time_s"] is None:  # no configuration: the CSV's error column says why
+            numbers = f"{'-':>9} {'-':>6} {'-':>6} {'':>11}"
+        else:
+            numbers = (f"{row['step_time_s']:>9.3f} {100 * (row['mfu'] or 0):>5.1f}% "
+                       f"{100 * (row['hfu'] or 0):>5.1f}% "
+                       f"{'' if speedup is None or row['algorithm'] == 'meshslice' else f'{100 * speedup:+.1f}%':>11}")
+        lines.append(f"{row['model']:<22} {row['memory']:<9} {row['algorithm']:<11} {row['mesh'] or '-':<7} "
+                     + numbers)
     for model, memory in dict.fromkeys((r["model"], r["memory"]) for r in rows):
         first = next(r for r in rows if (r["model"], r["memory"]) == (model, memory))
         if first.get("speedup_vs_best_other_2d") is not None:

@@ -66,6 +66,13 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
                          key=lambda r: ALGORITHM_ORDER.index(r["algorithm"]))
         names = [r["algorithm"] for r in ordered]
         totals = [r["step_time_s"] for r in ordered]
+        if not ordered:  # no algorithm has a configuration (e.g. the model fits in HBM on none)
+            ax.set_title(panel, fontsize=10)
+            ax.text(0.5, 0.5, "no result for any algorithm\n(see the error column of the CSV)", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         bars = ax.bar(names, totals, color=[COLOURS[n] for n in names])
         labels = []
         for row in ordered:
