@@ -280,8 +280,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     hardware, model, chips = request.hardware, request.model, request.chips
     algorithm = get_algorithm(request.algorithm)
     batch = request.batch if request.batch is not None else chips
-    if request.topology is not None:
-        place_mesh(hardware, chips, 1, topology=request.topology)  # a topology the network cannot take fails here
+    # a topology the network cannot take, or a chip count with no slice of the generation, fails here, once
+    place_mesh(hardware, chips, 1, topology=request.topology)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     notes: list[str] = []
     budget = prefetch_budget(prefetch, request.prefetch_budget)
