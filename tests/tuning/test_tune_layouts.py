@@ -3,6 +3,8 @@ the step it names."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tpusim.collectives.network import place_mesh
@@ -106,3 +108,21 @@ def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
 
     with pytest.raises(InfeasibleError, match="data parallelism does not apply to calibrated profile 'meshslice-sim'"):
         tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True, dp=4))
+
+
+def test_algorithm_all_keeps_the_fastest_algorithm(tmp_path: Path) -> None:
+    from tpusim.config.requests import TuneRequest
+    from tpusim.experiments.runners import parse_request, run_tune
+    from tpusim.gemm.registry import algorithms
+
+    model = tmp_path / "small.yaml"
+    model.write_text("name: small\ndescription: test model\nlayers: 4\nhidden: 1024\nheads: 16\nhead_dim: 64\n"
+                     "ffn: 4096\nsequence: 256\nvocabulary: 1000\n")
+    fields = {"model": str(model), "hardware": "tpuv4", "chips": 16, "topology": "torus:4x4", "ignore_memory": True,
+              "dataflows": "os,ls"}
+    each = {name: run_tune(parse_request(TuneRequest, {**fields, "algorithm": name})) for name in algorithms()}
+    every = run_tune(parse_request(TuneRequest, {**fields, "algorithm": "all"}))
+    fastest = min(each, key=lambda name: (each[name].best.step_time_s, name))
+    assert every.algorithm == fastest
+    assert every.best == each[fastest].best
+    assert every.notes[-1].startswith(f"algorithm all: {fastest} is the fastest of {len(each)} tuned (")

@@ -531,7 +531,8 @@ class TuneRequest(Request):
     kind: Literal["tune"] = "tune"
     model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
     chips: Chips = Field(description="chip count P; every mesh R x C = P is considered")
-    algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
+    algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'; 'all' tunes every one and keeps "
+                           "the fastest")
     batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
     topology: Topology | None = Field(None, description="physical network (default: the TPUv4 slice for the chip "
                                       "count)")

@@ -209,6 +209,8 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     from tpusim.tuning.search import TuneSpec, check_jobs, tune
 
     check_jobs(jobs)
+    if request.algorithm == EVERY_ALGORITHM:
+        return _tune_every_algorithm(request, context, progress, tracer, jobs)
     workers, capped = worker_count(jobs)
 
     spec = TuneSpec(
@@ -233,6 +235,42 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     if tracer is not None:
         _trace_best(request, result, tracer, context)
     return result
+
+
+EVERY_ALGORITHM = "all"
+"""``tune --algorithm all``: every registered algorithm tuned, the fastest kept."""
+
+
+def _tune_every_algorithm(request: TuneRequest, context: Context | None, progress: Callable[[str], None] | None,
+                          tracer: Tracer | None, jobs: int) -> TuneResult:
+    """Tune each registered algorithm in turn and keep the fastest best choice; its result's notes list every
+    algorithm's best step (or why it had none)."""
+    from tpusim.gemm.registry import algorithms
+    from tpusim.units import format_time
+
+    found: list[tuple[float, str, TuneResult]] = []
+    lines: list[str] = []
+    for name in algorithms():
+        if progress is not None:
+            progress(f"tuning algorithm {name}")
+        try:
+            result = run_tune(request.model_copy(update={"algorithm": name}), context, progress, jobs=jobs)
+        except InfeasibleError as error:
+            lines.append(f"{name}: no configuration ({error.message})")
+            continue
+        found.append((result.best.step_time_s, name, result))
+        lines.append(f"{name}: {result.best.mesh}, {format_time(result.best.step_time_s)}")
+    if not found:
+        raise InfeasibleError(f"no algorithm has a feasible configuration of {request.chips} chips: "
+                              + "; ".join(lines))
+    _, name, best = min(found, key=lambda item: item[:2])
+    best.notes.append(f"algorithm all: {name} is the fastest of {len(found)} tuned (" + "; ".join(lines) + ")")
+    if tracer is not None:
+        from tpusim.experiments.tracing import check_trace_chips
+
+        check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
+        _trace_best(request.model_copy(update={"algorithm": name}), best, tracer, context)
+    return best
 
 
 def _check_tracer(tracer: Tracer | None, mapping: MeshMapping) -> None:
