@@ -39,6 +39,7 @@ from tpusim.limits import (
 )
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
 from tpusim.vocabulary import (
+    ZERO_STAGES,
     Attention,
     Choice,
     CollectiveOp,
@@ -304,7 +305,7 @@ Size = Annotated[int | str, BeforeValidator(_size)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Dtype = Annotated[str, BeforeValidator(_dtype)]
 Mesh = Annotated[str, BeforeValidator(_mesh)]
-ZeroStage = Annotated[int, BeforeValidator(_zero_stage), Field(json_schema_extra={"enum": [0, 1, 2, 3]})]
+ZeroStage = Annotated[int, BeforeValidator(_zero_stage), Field(json_schema_extra={"enum": list(ZERO_STAGES)})]
 Axis = Annotated[Literal[0, 1], BeforeValidator(_axis)]
 DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
 FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]

@@ -209,6 +209,10 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     from tpusim.tuning.search import TuneSpec, check_jobs, tune
 
     check_jobs(jobs)
+    if tracer is not None:
+        from tpusim.experiments.tracing import check_trace_chips
+
+        check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
     if request.algorithm == EVERY_ALGORITHM:
         return _tune_every_algorithm(request, context, progress, tracer, jobs)
     workers, capped = worker_count(jobs)
@@ -225,10 +229,6 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param, dp=request.dp,
         zero_stage=request.zero_stage,
     )
-    if tracer is not None:
-        from tpusim.experiments.tracing import check_trace_chips
-
-        check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
     result = tune(spec, context=context, progress=progress, stages=stages, jobs=workers)
     if capped is not None:
         result.notes.append(capped)
@@ -266,9 +266,6 @@ def _tune_every_algorithm(request: TuneRequest, context: Context | None, progres
     _, name, best = min(found, key=lambda item: item[:2])
     best.notes.append(f"algorithm all: {name} is the fastest of {len(found)} tuned (" + "; ".join(lines) + ")")
     if tracer is not None:
-        from tpusim.experiments.tracing import check_trace_chips
-
-        check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
         _trace_best(request.model_copy(update={"algorithm": name}), best, tracer, context)
     return best
 

@@ -24,8 +24,7 @@ def replica_representatives(mapping: MeshMapping, chip_slowdown: Mapping[int, fl
     data = mapping.data
     if data == 1:
         return None
-    replica_of = {chip: mapping.index_of(chip)[2] for chip in chip_slowdown or {}}
-    touched = set(replica_of.values())
+    touched = {mapping.index_of(chip)[2] for chip in chip_slowdown or {}}
     topology = mapping.topology
     for link in link_overrides or {}:
         if topology is None:

@@ -140,12 +140,12 @@ class MeshMapping:
     def __post_init__(self) -> None:
         rows, cols = self.shape
         grid = np.asarray(self.chip_grid, dtype=np.int64)
-        pod = grid.reshape((-1, rows, cols)) if grid.size % max(rows * cols, 1) == 0 else grid
-        data = pod.shape[0] if pod.ndim == 3 else 0
+        data = grid.shape[0] if grid.ndim == 3 else 1
         chips = data * rows * cols
-        if grid.shape not in ((rows, cols), (data, rows, cols)) or not np.array_equal(
+        if grid.shape[-2:] != (rows, cols) or grid.ndim not in (2, 3) or not np.array_equal(
                 np.sort(grid, axis=None), np.arange(chips)):
             raise TpusimError(f"chip grid of mesh {rows}x{cols} is not a permutation of the chips 0..{chips - 1}")
+        pod = grid.reshape(data, rows, cols)
         if len(self.axes) != (3 if grid.ndim == 3 else 2):
             raise TpusimError(f"a mesh with chip grid {grid.shape} needs {grid.ndim} logical axes, "
                               f"not {len(self.axes)}")

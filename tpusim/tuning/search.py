@@ -193,6 +193,10 @@ class _MeshSearch:
                                                                          self.pricer.cache.context)
         return times
 
+    def ranking_cost(self, plan: Plan, layers: int) -> float:
+        """What meshes are ranked by: ``plan``'s per-layer cost with the data-parallel tail spread over ``layers``."""
+        return plan.cost + self.tail / layers
+
     def plans(self, simulated: bool, keep: int) -> list[Plan]:
         priced = self.by_simulation if simulated else self.by_twin
         return best_plans(priced, self.non_ff(simulated), flips=self.flips, attention_ok=self.attention_ok,
@@ -341,7 +345,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             _collect(search, submitted[number - 1])
         plans = search.plans(simulated=True, keep=2)
         if plans:
-            final.append((plans[0].cost + search.tail / model.layers, search.candidate.label, search, plans))
+            final.append((search.ranking_cost(plans[0], model.layers), search.candidate.label, search, plans))
         report = _report(search, plans, simulated=True, layers=model.layers)
         previous = reports.get(search.candidate.label)
         report.analytic_step_s = previous.analytic_step_s if previous is not None else None
@@ -424,7 +428,7 @@ def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_me
     for search in searches:
         plans = search.plans(simulated=False, keep=SEED_PLANS)
         if plans:
-            ranked.append((plans[0].cost + search.tail / layers, search.candidate.label, search, plans))
+            ranked.append((search.ranking_cost(plans[0], layers), search.candidate.label, search, plans))
         reports[search.candidate.label] = _report(search, plans, simulated=False, layers=layers)
     ranked.sort(key=lambda item: item[:2])
     refined = []
