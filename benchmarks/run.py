@@ -139,23 +139,27 @@ def _cold() -> Context:
     return Context.with_cache(folder.name)
 
 
-def gemm_full_s() -> Measurement:
-    """MeshSlice OS, GPT-3 FF1, 16x16 on meshslice-tpu-fit, K = 8, full fidelity."""
+def _timed_cold(call: Callable[..., Any], **fields: Any) -> tuple[float, Any]:
+    """Wall seconds and result of ``call(**fields)`` (an API entry point) on a cold cache."""
     context = _cold()
     begin = time.perf_counter()
-    result = tp.gemm(hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice", dataflow="os", slices=8,
-                     fidelity="full", context=context, **FF1)
-    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.time_s, "events": result.events})
+    result = call(**fields, context=context)
+    return time.perf_counter() - begin, result
+
+
+def gemm_full_s() -> Measurement:
+    """MeshSlice OS, GPT-3 FF1, 16x16 on meshslice-tpu-fit, K = 8, full fidelity."""
+    wall, result = _timed_cold(tp.gemm, hardware="meshslice-tpu-fit", mesh="16x16", algorithm="meshslice",
+                               dataflow="os", slices=8, fidelity="full", **FF1)
+    return Measurement(wall, "s", {"simulated_s": result.time_s, "events": result.events})
 
 
 def layer_full_s() -> Measurement:
     """One GPT-3 layer forward and backward, 32x8 on meshslice-tpu-fit, MeshSlice K = 8, full fidelity."""
-    context = _cold()
     one_layer = load_model("gpt3-175b").model_copy(update={"layers": 1})
-    begin = time.perf_counter()
-    result = tp.step(model=one_layer, hardware="meshslice-tpu-fit", mesh="32x8", algorithm="meshslice", slices=8,
-                     fidelity="full", context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s})
+    wall, result = _timed_cold(tp.step, model=one_layer, hardware="meshslice-tpu-fit", mesh="32x8",
+                               algorithm="meshslice", slices=8, fidelity="full")
+    return Measurement(wall, "s", {"simulated_s": result.step_time_s})
 
 
 def gemm_symmetric_ms() -> Measurement:
@@ -190,22 +194,15 @@ def gemm_analytic_us() -> Measurement:
 
 def step_symmetric_s() -> Measurement:
     """GPT-3 step, 2048 chips as 256x8 on meshslice-sim, MeshSlice K = 3, fidelity auto, cold cache."""
-    context = _cold()
-    begin = time.perf_counter()
-    result = tp.step(model="gpt3-175b", hardware="meshslice-sim", mesh="256x8", algorithm="meshslice", slices=3,
-                     context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
-                                                          "fidelity": result.fidelity})
+    wall, result = _timed_cold(tp.step, model="gpt3-175b", hardware="meshslice-sim", mesh="256x8",
+                               algorithm="meshslice", slices=3)
+    return Measurement(wall, "s", {"simulated_s": result.step_time_s, "fidelity": result.fidelity})
 
 
 def tune_s() -> Measurement:
     """Default tune for GPT-3 at 2048 chips on meshslice-sim (memory ignored), cold cache."""
-    context = _cold()
-    begin = time.perf_counter()
-    result = tp.tune(model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True,
-                        context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
-                                                          "best_step_s": result.best.step_time_s})
+    wall, result = _timed_cold(tp.tune, model="gpt3-175b", hardware="meshslice-sim", chips=2048, ignore_memory=True)
+    return Measurement(wall, "s", {"best_mesh": result.best.mesh, "best_step_s": result.best.step_time_s})
 
 
 def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
@@ -264,8 +261,14 @@ def peak_rss_mb_gemm_2048_full() -> Measurement:
     The child reads its own high-water mark, ``VmHWM`` of /proc/self/status, which exec resets. Not its
     ``ru_maxrss``: that keeps the peak of the process it was started from, which here is this script, grown by
     the figures before this one."""
-    code = ("import tpusim.api as tp; tp.gemm(hardware='meshslice-tpu-fit', mesh='256x8', "
-            "algorithm='meshslice', dataflow='os', slices=3, fidelity='full', m=2048*2048, k=12288, n=49152); "
+    return _child_peak("tp.gemm(hardware='meshslice-tpu-fit', mesh='256x8', algorithm='meshslice', dataflow='os', "
+                       "slices=3, fidelity='full', m=2048*2048, k=12288, n=49152)")
+
+
+def _child_peak(call: str) -> Measurement:
+    """Peak resident memory of a fresh process that runs ``tpusim.api`` ``call`` (Python source using ``tp``),
+    read by the child itself from its ``VmHWM``."""
+    code = (f"import tpusim.api as tp; {call}; "
             "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))")
     _, out = _subprocess([sys.executable, "-c", code])
     return Measurement(int(out.strip().splitlines()[-1]) / 1024, "MB")  # VmHWM is in kB (KiB)
@@ -279,40 +282,29 @@ POD_STRAGGLER = dict(model="gpt3-175b", hardware="tpuv4", mesh=POD_LAYOUT, algor
 def pod_straggler_full_s() -> Measurement:
     """GPT-3 step on a 4096-chip TPUv4 pod (16x16x16: D = 16 replicas of 16x16), one chip 1.5x slower, full
     fidelity, cold cache."""
-    context = _cold()
-    begin = time.perf_counter()
-    result = tp.step(**POD_STRAGGLER, context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
-                                                          "fidelity": result.fidelity, "notes": result.notes})
+    wall, result = _timed_cold(tp.step, **POD_STRAGGLER)
+    return Measurement(wall, "s", {"simulated_s": result.step_time_s, "fidelity": result.fidelity,
+                                   "notes": result.notes})
 
 
 def peak_rss_mb_pod_straggler() -> Measurement:
     """Peak resident memory of ``pod_straggler_full_s``'s step, in a child process that reads its own ``VmHWM``
     (see ``peak_rss_mb_gemm_2048_full``)."""
-    code = (f"import tpusim.api as tp; tp.step(**{POD_STRAGGLER!r}); "
-            "print(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')))")
-    _, out = _subprocess([sys.executable, "-c", code])
-    return Measurement(int(out.strip().splitlines()[-1]) / 1024, "MB")
+    return _child_peak(f"tp.step(**{POD_STRAGGLER!r})")
 
 
 def pod_step_symmetric_s() -> Measurement:
     """GPT-3 step on a 4096-chip TPUv4 pod (16x16x16), MeshSlice K = 4, fidelity auto (symmetric), cold cache."""
-    context = _cold()
-    begin = time.perf_counter()
-    result = tp.step(model="gpt3-175b", hardware="tpuv4", mesh=POD_LAYOUT, algorithm="meshslice", slices=4,
-                     context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"simulated_s": result.step_time_s,
-                                                          "fidelity": result.fidelity})
+    wall, result = _timed_cold(tp.step, model="gpt3-175b", hardware="tpuv4", mesh=POD_LAYOUT, algorithm="meshslice",
+                               slices=4)
+    return Measurement(wall, "s", {"simulated_s": result.step_time_s, "fidelity": result.fidelity})
 
 
 def pod_tune_s() -> Measurement:
     """Default tune of GPT-3 on 4096 TPUv4 chips over every layout D x R x C (memory feasible), cold cache."""
-    context = _cold()
-    begin = time.perf_counter()
-    result = tp.tune(model="gpt3-175b", hardware="tpuv4", chips=4096, context=context)
-    return Measurement(time.perf_counter() - begin, "s", {"best_mesh": result.best.mesh,
-                                                          "best_step_s": result.best.step_time_s,
-                                                          "best_mfu": result.best.mfu})
+    wall, result = _timed_cold(tp.tune, model="gpt3-175b", hardware="tpuv4", chips=4096)
+    return Measurement(wall, "s", {"best_mesh": result.best.mesh, "best_step_s": result.best.step_time_s,
+                                   "best_mfu": result.best.mfu})
 
 
 BENCHMARKS: dict[str, Callable[[], Measurement]] = {
