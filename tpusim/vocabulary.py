@@ -14,8 +14,8 @@ from typing import Self
 
 from tpusim.errors import UserError, unknown_name
 
-__all__ = ["EARLY_PREFETCH", "Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity", "MultiAxis", "Prefetch",
-           "Recompute", "Ring"]
+__all__ = ["EARLY_PREFETCH", "Activation", "Attention", "BlockKind", "Choice", "CollectiveOp", "Dataflow", "Fidelity",
+           "MlpKind", "MultiAxis", "Prefetch", "Recompute", "Ring"]
 
 
 class Choice(StrEnum):
@@ -99,6 +99,28 @@ class Attention(Choice):
     FUSED = "fused"  # one pass over Q, K, V and O, flash-style; the backward pass recomputes the scores
 
 
+class MlpKind(Choice):
+    """The feed-forward layer of a block (docs/workloads.md#model-files)."""
+
+    PLAIN = "plain"  # ff2(act(ff1 x)): two matrices of hidden x ffn
+    GATED = "gated"  # ff2(act(gate x) * (up x)): three matrices of hidden x ffn (GLU family: SwiGLU, GeGLU)
+
+
+class Activation(Choice):
+    """The elementwise nonlinearity of the feed-forward layer (docs/workloads.md#model-files)."""
+
+    GELU = "gelu"
+    RELU = "relu"
+    SILU = "silu"  # x sigmoid(x), the "swish" of SwiGLU
+
+
+class BlockKind(Choice):
+    """How attention and the feed-forward layer compose in a block (docs/workloads.md#model-files)."""
+
+    SEQUENTIAL = "sequential"  # x + attn(ln1 x), then + mlp(ln2 .): two LayerNorms, two residual adds
+    PARALLEL = "parallel"  # x + attn(ln x) + mlp(ln x): one LayerNorm, one residual add (GPT-J, PaLM)
+
+
 class CollectiveOp(Choice):
     """The collective operations (docs/network.md#rings-and-collectives)."""
 
@@ -133,6 +155,9 @@ _NOUNS = MappingProxyType({
     "Prefetch": "prefetch policy",
     "Recompute": "recompute policy",
     "Attention": "attention variant",
+    "MlpKind": "MLP kind",
+    "Activation": "activation",
+    "BlockKind": "block kind",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",
     "MultiAxis": "multi-axis schedule",

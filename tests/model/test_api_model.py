@@ -31,7 +31,7 @@ def test_model_file_dimensions(tmp_path: Path, as_path: type) -> None:
 def test_unknown_model_is_a_user_error() -> None:
     with pytest.raises(tp.UserError) as error:
         tp.model("gpt5")
-    assert error.value.message.startswith("unknown model 'gpt5'; valid: gpt3-175b, megatron-nlg-530b")
+    assert error.value.message.startswith("unknown model 'gpt5'; valid: gpt3-175b, llama2-70b, llama2-7b")
     assert issubclass(tp.UserError, tp.TpusimError)
 
 

@@ -11,7 +11,8 @@ from tpusim.model.registry import load_model, model_names
 
 
 def test_every_model_file_loads() -> None:
-    assert model_names() == ["gpt3-175b", "megatron-nlg-530b", "megatron-nlg-530b-ms"]
+    assert model_names() == ["gpt3-175b", "llama2-70b", "llama2-7b", "llama3.1-405b", "llama3.1-70b", "llama3.1-8b",
+                             "megatron-nlg-530b", "megatron-nlg-530b-ms", "mistral-7b", "palm-540b"]
     for name in model_names():
         assert load_model(name).name == name
 
@@ -37,9 +38,11 @@ def test_unknown_model_suggests_the_closest() -> None:
     assert "gpt3-175b" in str(info.value.suggestion)
 
 
-def test_inconsistent_heads_are_rejected(tmp_path: Path) -> None:
+def test_inconsistent_kv_heads_are_rejected(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: bad\ndescription: x\nlayers: 2\nhidden: 100\nheads: 3\nhead_dim: 32\nffn: 400\n"
-                   "sequence: 16\n")
-    with pytest.raises(ConfigError, match="must equal hidden = 100"):
+    bad.write_text("name: bad\ndescription: x\nlayers: 2\nhidden: 100\nheads: 4\nkv_heads: 3\nhead_dim: 32\n"
+                   "ffn: 400\nsequence: 16\n")
+    with pytest.raises(ConfigError) as info:
         load_model(str(bad))
+    assert info.value.message == (f"{bad}: kv_heads = 3 must divide heads = 4 (each key / value head serves a "
+                                  "whole group of query heads)")

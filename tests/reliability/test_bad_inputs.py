@@ -202,7 +202,8 @@ CASES = [
          "unknown algorithm 'meshslyce'; valid: cannon, collective, fsdp, meshslice, summa, tp1d, wang",
          lambda: api.gemm(**G, algorithm="meshslyce"), UnknownNameError, suggestion="did you mean 'meshslice'?"),
     Case("unknown-model", [*STEP, "--model", "gpt3-157b", "--mesh", "16x16", "--chips", "256"],
-         "unknown model 'gpt3-157b'; valid: gpt3-175b, megatron-nlg-530b, megatron-nlg-530b-ms",
+         "unknown model 'gpt3-157b'; valid: gpt3-175b, llama2-70b, llama2-7b, llama3.1-405b, llama3.1-70b, "
+         "llama3.1-8b, megatron-nlg-530b, megatron-nlg-530b-ms, mistral-7b, palm-540b",
          lambda: api.step(**{**S, "model": "gpt3-157b"}, mesh="16x16"), UnknownNameError,
          suggestion="did you mean 'gpt3-175b'?"),
     Case("unknown-hardware", [*COLLECTIVE, "--axis", "0", "--hardware", "tpu-v4"],

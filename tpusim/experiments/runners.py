@@ -172,7 +172,8 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage)
+                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage,
+                         embedding=request.embedding)
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,

@@ -121,10 +121,12 @@ class DataParallelPlan:
 def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
                        accumulating: bool = False, embedding: bool = False) -> DataParallelPlan | None:
     """The data-parallel part of a step of ``degree`` replicas of ``mesh`` (None for a single replica);
-    ``embedding``: the step includes the embedding and LM head (one tied matrix over the padded vocabulary)."""
+    ``embedding``: the step includes the embedding and LM head (one tied matrix over the padded vocabulary, or the
+    embedding table and the LM head matrix when untied, synchronised as one bucket)."""
     stage = check_zero_stage(zero_stage)
     if degree == 1:
         return None
     chips = mesh[0] * mesh[1]
-    tied = math.ceil(padded_vocabulary(model, mesh) * model.hidden / chips) if embedding else 0
+    tied = (math.ceil(model.embedding_matrices * padded_vocabulary(model, mesh) * model.hidden / chips)
+            if embedding else 0)
     return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied)

@@ -1,11 +1,14 @@
 """A transformer block as a sequence of ops per chip, forward and backward (docs/workloads.md#the-transformer-block).
 
-Four FF layers (QKV h->3h, out-projection h->h, FF1 h->ffn, FF2 ffn->h) become distributed GeMMs: each layer's
-dataflow gives its forward, backward-data and backward-weight GeMMs
-(docs/algorithms.md#training-triplets-and-transposition triplets); a transposed layer runs the same triplet with the
-two mesh axes swapped. Attention is local to a chip (B/R whole sequences, H/C whole heads). LayerNorm, residual adds
-and GeLU are HBM-bound; each LayerNorm also all-reduces its row statistics over the feature axis. Everything here is
-per chip and shape-only; the step module times it.
+Four FF layers (QKV h -> (heads + 2 kv_heads) head_dim, out-projection heads head_dim -> h, FF1 h -> ffn, or 2 ffn
+for a gated MLP, FF2 ffn -> h) become distributed GeMMs: each layer's dataflow gives its forward, backward-data and
+backward-weight GeMMs (docs/algorithms.md#training-triplets-and-transposition triplets); a transposed layer runs the
+same triplet with the two mesh axes swapped. Attention is local to a chip (B/R whole sequences, H/C whole heads; K / V
+heads replicated where the feature split exceeds them). LayerNorm, residual adds and the activation are HBM- or
+vector-bound; each LayerNorm also all-reduces its row statistics over the feature axis. A sequential block runs
+attention then the MLP, each behind its own LayerNorm and residual add; a parallel block feeds one LayerNorm to both
+and adds both branches in one residual add (docs/workloads.md#model-files). Everything here is per chip and
+shape-only; the step module times it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.units import dtype_bytes
-from tpusim.vocabulary import Attention, Dataflow
+from tpusim.vocabulary import Attention, BlockKind, Dataflow, MlpKind
 
 __all__ = ["FF_LAYERS", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op",
            "Pass", "attention_forward_flops", "attention_ops", "block_ops",
-           "ff_layers", "heuristic_dataflow", "model_flops_per_block", "padded_vocabulary", "step_extras"]
+           "ff_layers", "heuristic_dataflow", "kv_heads_on_mesh", "model_flops_per_block", "padded_vocabulary",
+           "step_extras"]
 
 
 class Pass(StrEnum):
@@ -65,11 +69,25 @@ def heuristic_dataflow(tokens: int, inputs: int, outputs: int) -> Dataflow:
     return Dataflow.RS
 
 
+def kv_heads_on_mesh(model: TransformerModel, feature_parts: int) -> int:
+    """K / V heads the mesh computes: the model's, or one per chip of the feature split where that split exceeds
+    fewer K / V heads than query heads (each chip computes its own copy of the K / V head its query heads share,
+    as Megatron does). A multi-head model (kv_heads = heads) never replicates: a split beyond its heads is a heads
+    violation and its K / V are cut as its queries are."""
+    if model.kv_heads >= feature_parts or model.kv_heads == model.heads:
+        return model.kv_heads
+    return feature_parts
+
+
 def ff_layers(model: TransformerModel, tokens: int, dataflows: tuple[Dataflow, ...] | None = None,
-              transposes: tuple[bool, ...] | None = None) -> tuple[FFLayer, ...]:
-    """The four FF layers of a block, with the heuristic's dataflows unless given."""
+              transposes: tuple[bool, ...] | None = None, feature_parts: int = 1) -> tuple[FFLayer, ...]:
+    """The four FF layers of a block, with the heuristic's dataflows unless given; ``feature_parts`` (the split of
+    the heads) sets the replicated K / V heads of the QKV GeMM (``kv_heads_on_mesh``). A gated MLP's gate and up
+    matrices are one GeMM of 2 ffn outputs, as MaxText fuses them (``mlpwi``)."""
     h, f = model.hidden, model.ffn
-    shapes = {"qkv": (h, 3 * h), "out_proj": (h, h), "ff1": (h, f), "ff2": (f, h)}
+    qkv_width = (model.heads + 2 * kv_heads_on_mesh(model, feature_parts)) * model.head_dim
+    wide = 2 * f if model.mlp.kind is MlpKind.GATED else f
+    shapes = {"qkv": (h, qkv_width), "out_proj": (model.q_width, h), "ff1": (h, wide), "ff2": (f, h)}
     layers = []
     for index, name in enumerate(FF_LAYERS):
         i, o = shapes[name]
@@ -110,6 +128,12 @@ VECTOR_OPS_PER_ELEMENT: Mapping[str, float] = MappingProxyType({
     "residual.bwd": 1.0,    # one add of the two gradient paths
     "gelu": 8.0,            # tanh form: x^3, two multiply-adds, tanh, add, two multiplies
     "gelu.bwd": 13.0,       # the derivative of the tanh form times the incoming gradient
+    "relu": 1.0,            # one max
+    "relu.bwd": 2.0,        # compare, then select the incoming gradient or zero
+    "silu": 4.0,            # x sigmoid(x): exp, add, divide, multiply
+    "silu.bwd": 8.0,        # sigmoid again (3), then s (1 + x (1 - s)) (4) times the incoming gradient (1)
+    "gate": 1.0,            # a gated MLP's multiply of the activated gate by the up projection
+    "gate.bwd": 2.0,        # the incoming gradient times each factor
     "softmax": 5.0,         # max, subtract, exp, sum, divide
     "softmax.bwd": 4.0,     # dot of probabilities and gradient, subtract, multiply (and the scale)
     "loss": 5.0,            # the softmax of the logits
@@ -142,6 +166,8 @@ class BlockShape:
     sequences_per_chip: float
     heads_per_chip: float
     rows_per_chip: float  # tokens per chip row (B S / R), the LayerNorm statistics count
+    q_per_chip: float  # query (and attention output) features per chip: heads x head_dim / feature split
+    kv_per_chip: float  # key (and value) features per chip, replicated K / V heads included
 
 
 # bytes per attention score of the unfused core: QK^T writes the fp32 scores, softmax reads them and writes fp32
@@ -160,7 +186,7 @@ def attention_ops(attention: Attention, shape: BlockShape, model: TransformerMod
     (flash-style), the core reads Q, K, V and writes O once, and the backward pass recomputes QK^T and the softmax.
     """
     b = dtype_bytes(dtype)
-    act = shape.tokens_per_chip * shape.hidden_per_chip
+    act = shape.tokens_per_chip * (shape.q_per_chip + shape.kv_per_chip) / 2  # mean of Q, K, V and O per tensor
     scores = shape.sequences_per_chip * shape.heads_per_chip * model.sequence * model.sequence
     flops = attention_forward_flops(model, shape.sequences_per_chip, shape.heads_per_chip)
     softmax, softmax_bwd = VECTOR_OPS_PER_ELEMENT["softmax"], VECTOR_OPS_PER_ELEMENT["softmax.bwd"]
@@ -172,17 +198,34 @@ def attention_ops(attention: Attention, shape: BlockShape, model: TransformerMod
                     softmax_bwd * scores))
 
 
+def activation_ops(model: TransformerModel, shape: BlockShape, dtype: str) -> tuple[LocalOp, LocalOp]:
+    """(forward, backward) of the MLP's activation on one chip, named after it. Plain: read and write one
+    [tokens, ffn] tensor (W elements per chip) forward, read it and the gradient and write one backward. Gated
+    (``act(gate) * up``, one op): read the gate and up halves, write their product (3W) forward; read both halves
+    and the gradient, write both halves' gradients (5W) backward, the activation recomputed from the gate."""
+    b = dtype_bytes(dtype)
+    wide = shape.tokens_per_chip * shape.ffn_per_chip
+    per = VECTOR_OPS_PER_ELEMENT
+    name = str(model.mlp.activation)
+    if model.mlp.kind is MlpKind.GATED:
+        return (LocalOp(name, 0.0, 3 * b * wide, (per[name] + per["gate"]) * wide),
+                LocalOp(f"{name}.bwd", 0.0, 5 * b * wide,
+                        (per[name] + per[f"{name}.bwd"] + per["gate.bwd"]) * wide))
+    return (LocalOp(name, 0.0, 2 * b * wide, per[name] * wide),
+            LocalOp(f"{name}.bwd", 0.0, 3 * b * wide, per[f"{name}.bwd"] * wide))
+
+
 def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: BlockShape, dtype: str,
               stats_dtype: str, recompute: str,
               attention_kind: Attention = Attention.UNFUSED) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
-    """(forward ops, backward ops) of one block on one chip."""
+    """(forward ops, backward ops) of one block on one chip, sequential or parallel (see the module docstring)."""
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * shape.hidden_per_chip  # one [tokens, hidden] activation, per chip
-    wide = shape.tokens_per_chip * shape.ffn_per_chip
     qkv, out_proj, ff1, ff2 = layers
     stats = int(shape.rows_per_chip)
     per = VECTOR_OPS_PER_ELEMENT
     attention, attention_bwd = attention_ops(attention_kind, shape, model, dtype)
+    activation, activation_bwd = activation_ops(model, shape, dtype)
 
     def feature_axis(layer: FFLayer) -> int:
         return 0 if layer.transpose else 1
@@ -191,42 +234,59 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
         return [LocalOp(f"{tag}.norm", 0.0, 2 * b * act, per["layernorm"] * act),
                 NormStatsOp(f"{tag}.psum", stats, stats_dtype, feature_axis(consumer))]
 
+    def norm_bwd(tag: str, consumer: FFLayer) -> list[Op]:
+        return [LocalOp(f"{tag}.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
+                NormStatsOp(f"{tag}.psum.bwd", stats, stats_dtype, feature_axis(consumer))]
+
     def gemm(layer: FFLayer, which: Pass) -> GemmOp:
         return GemmOp(layer.name, which, layer.gemm(which, dtype))
 
-    forward: list[Op] = [
-        *norm("ln1", qkv),
-        gemm(qkv, Pass.FORWARD),
-        attention,
-        gemm(out_proj, Pass.FORWARD),
-        LocalOp("residual1", 0.0, 3 * b * act, per["residual"] * act),
-        *norm("ln2", ff1),
-        gemm(ff1, Pass.FORWARD),
-        LocalOp("gelu", 0.0, 2 * b * wide, per["gelu"] * wide),
-        gemm(ff2, Pass.FORWARD),
-        LocalOp("residual2", 0.0, 3 * b * act, per["residual"] * act),
-    ]
-    backward: list[Op] = []
-    if recompute == "full":
-        backward.extend(_renamed(forward, "recompute."))
-    backward += [
-        LocalOp("residual2.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
-        gemm(ff2, Pass.BACKWARD_DATA), gemm(ff2, Pass.BACKWARD_WEIGHT),
-        LocalOp("gelu.bwd", 0.0, 3 * b * wide, per["gelu.bwd"] * wide),
-        gemm(ff1, Pass.BACKWARD_DATA), gemm(ff1, Pass.BACKWARD_WEIGHT),
-        LocalOp("ln2.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
-        NormStatsOp("ln2.psum.bwd", stats, stats_dtype, feature_axis(ff1)),
-        LocalOp("residual1.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
-        gemm(out_proj, Pass.BACKWARD_DATA), gemm(out_proj, Pass.BACKWARD_WEIGHT),
-    ]
+    def both(layer: FFLayer) -> list[Op]:
+        return [gemm(layer, Pass.BACKWARD_DATA), gemm(layer, Pass.BACKWARD_WEIGHT)]
+
+    recomputed_attention: list[Op] = []
     if recompute == "selective":
-        backward.append(LocalOp("recompute.attention", attention.flops, attention.hbm_bytes, attention.vector_ops))
-    backward += [
-        attention_bwd,
-        gemm(qkv, Pass.BACKWARD_DATA), gemm(qkv, Pass.BACKWARD_WEIGHT),
-        LocalOp("ln1.norm.bwd", 0.0, 4 * b * act, per["layernorm.bwd"] * act),
-        NormStatsOp("ln1.psum.bwd", stats, stats_dtype, feature_axis(qkv)),
-    ]
+        recomputed_attention.append(LocalOp("recompute.attention", attention.flops, attention.hbm_bytes,
+                                            attention.vector_ops))
+    if model.block is BlockKind.PARALLEL:
+        forward: list[Op] = [
+            *norm("ln1", qkv),
+            gemm(qkv, Pass.FORWARD), attention, gemm(out_proj, Pass.FORWARD),
+            gemm(ff1, Pass.FORWARD), activation, gemm(ff2, Pass.FORWARD),
+            # x + attention + MLP: three tensors read, one written, two adds per element
+            LocalOp("residual", 0.0, 4 * b * act, 2 * per["residual"] * act),
+        ]
+        body: list[Op] = [
+            LocalOp("residual.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
+            *both(ff2), activation_bwd, *both(ff1),
+            *both(out_proj), *recomputed_attention, attention_bwd, *both(qkv),
+            # the two branches' input gradients summed before the one LayerNorm's backward
+            LocalOp("branches.bwd", 0.0, 3 * b * act, per["residual.bwd"] * act),
+            *norm_bwd("ln1", qkv),
+        ]
+    else:
+        forward = [
+            *norm("ln1", qkv),
+            gemm(qkv, Pass.FORWARD),
+            attention,
+            gemm(out_proj, Pass.FORWARD),
+            LocalOp("residual1", 0.0, 3 * b * act, per["residual"] * act),
+            *norm("ln2", ff1),
+            gemm(ff1, Pass.FORWARD),
+            activation,
+            gemm(ff2, Pass.FORWARD),
+            LocalOp("residual2", 0.0, 3 * b * act, per["residual"] * act),
+        ]
+        body = [
+            LocalOp("residual2.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
+            *both(ff2), activation_bwd, *both(ff1),
+            *norm_bwd("ln2", ff1),
+            LocalOp("residual1.bwd", 0.0, 2 * b * act, per["residual.bwd"] * act),
+            *both(out_proj), *recomputed_attention, attention_bwd, *both(qkv),
+            *norm_bwd("ln1", qkv),
+        ]
+    backward: list[Op] = _renamed(forward, "recompute.") if recompute == "full" else []
+    backward += body
     return tuple(forward), tuple(backward)
 
 
@@ -249,13 +309,14 @@ def attention_forward_flops(model: TransformerModel, sequences: float, heads: fl
 
 
 def _ff_forward_flops(model: TransformerModel, tokens: int) -> float:
-    """FLOPs of the four FF layers' forward GeMMs for ``tokens`` tokens."""
-    h, f = model.hidden, model.ffn
-    return 2.0 * tokens * (3 * h * h + h * h + 2 * h * f)
+    """FLOPs of the four FF layers' forward GeMMs for ``tokens`` tokens (the model's weights: replicated K / V
+    heads are not model FLOPs)."""
+    return 1.0 * tokens * model.block_matmul_flops_per_token
 
 
 def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) -> float:
-    """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU)."""
+    """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU); the attention
+    core without a causal discount (``TransformerModel.attention_flops_per_sequence(causal=False)`` per layer)."""
     return 3 * _ff_forward_flops(model, tokens) + 3 * attention_forward_flops(model, sequences, model.heads)
 
 
@@ -288,8 +349,9 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
 
     ``embedding`` adds the token-embedding lookup and its gradient, and the LM head (a distributed GeMM
     onto the padded vocabulary, forward and backward, plus the softmax cross-entropy); ``optimizer`` adds
-    the Adam update, HBM-bound over this chip's share of the parameters (fp32 master weights and two moments
-    read and written, bf16 weight and gradient); ``optimizer_share`` is the part of that share this chip updates
+    the Adam update, HBM-bound over this chip's share of the parameters (the blocks', and the embedding's when it is
+    included: one matrix tied, two untied; fp32 master weights and two moments read and written, bf16 weight and
+    gradient); ``optimizer_share`` is the part of that share this chip updates
     (1/D where ZeRO shards the optimizer state over D data-parallel replicas).
     """
     b = dtype_bytes(dtype)
@@ -310,6 +372,7 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
                    GemmOp("lm_head", Pass.BACKWARD_WEIGHT, head.gemm(Pass.BACKWARD_WEIGHT, dtype))]
         after.append(LocalOp("embedding.bwd", 0.0, 3 * b * act, VECTOR_OPS_PER_ELEMENT["embedding.bwd"] * act))
     if optimizer:
-        params = model.params_per_layer * model.layers / chips * optimizer_share
+        weights = model.params_per_layer * model.layers + (model.embedding_params if embedding else 0)
+        params = weights / chips * optimizer_share
         after.append(LocalOp(OPTIMIZER, 0.0, params * (2 * 3 * 4 + 2 * b), VECTOR_OPS_PER_ELEMENT["adam"] * params))
     return tuple(before), tuple(middle), tuple(after)

@@ -1,12 +1,24 @@
 """Per-chip memory of a training step: weights, gradients, optimizer state and stored activations.
 
 Parameters cost ``bytes_per_param`` each (16: bf16 weights and gradients plus fp32 master weights and
-Adam moments) and are sharded over all chips. Stored activations follow Korthikanti et al. (2022),
-"Reducing Activation Recomputation in Large Transformer Models", per layer with tensor parallelism t and
-sequence parallelism (everything sharded over the t = P chips): no recomputation s b h (34 + 5 a s / h) / t
-bytes; selective recomputation (attention recomputed) 34 s b h / t; full recomputation only each layer's
-input, 2 s b h / t. A batch split into m micro-batches (gradients accumulated) stores the activations of one
-micro-batch at a time.
+Adam moments) and are sharded over all chips: every block's (``TransformerModel.params_per_layer``), plus the
+embedding and LM head (one matrix tied, two untied) when the step includes them. Stored activations follow
+Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", per layer with tensor
+parallelism t and sequence parallelism (everything sharded over the t = P chips): no recomputation
+s b (X + 5 a s) / t bytes; selective recomputation (attention recomputed) s b X / t; full recomputation only each
+layer's input, 2 s b h / t. A batch split into m micro-batches (gradients accumulated) stores the activations of
+one micro-batch at a time.
+
+X is the bytes per token a block stores for its backward pass, from its real tensor widths (bf16 tensors 2 bytes
+per element, dropout masks 1; ``stored_bytes_per_token``). With q = heads x head_dim, k = kv_heads x head_dim and
+f = ffn: the attention side stores its input (2h), Q (2q), K and V (4k), the attention output (2q) and the
+output projection's dropout mask (h); the MLP side its input (2h), its wide tensors (plain: FF1's output and the
+activation's, 4f; gated: the gate, the up projection and their product, 6f) and its dropout mask (h); each
+LayerNorm its input (2h; one LayerNorm in a parallel block, whose output feeds both sides and is stored once).
+The score-sized tensors (softmax output 2, dropout mask 1 and dropout output 2 bytes per score) add 5 a s per
+token, a = query heads. For GPT-3 and MT-NLG (q = k = h, f = 4h, plain, sequential) X = 4h + 11h + 19h = 34h,
+Korthikanti's formula. K / V heads replicated over a wider feature split are not counted (the estimate is
+independent of the mesh shape), nor are dropout masks dropped for models trained without dropout.
 
 With data parallelism (``data_parallel`` D replicas of a tensor-parallel group of t = P / D chips, each replica
 training batch / D sequences) the model state splits as ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
@@ -27,7 +39,7 @@ from dataclasses import dataclass
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.units import GB
-from tpusim.vocabulary import Recompute, check_zero_stage
+from tpusim.vocabulary import BlockKind, MlpKind, Recompute, check_zero_stage
 
 LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # least recomputation first
 
@@ -78,24 +90,38 @@ def state_bytes_per_param(bytes_per_param: float, data_parallel: int, zero_stage
             + optimizer * (shard if stage >= 1 else 1.0))
 
 
+def stored_bytes_per_token(model: TransformerModel) -> int:
+    """X of the module docstring: the bytes per token one block stores besides the score-sized tensors."""
+    h, q, k, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    attention = 2 * h + 2 * q + 4 * k + 2 * q + h
+    mlp = 2 * h + (6 if model.mlp.kind is MlpKind.GATED else 4) * f + h
+    if model.block is BlockKind.PARALLEL:
+        return 2 * h + attention + mlp - 2 * h  # one LayerNorm input, and its output stored once for both sides
+    return 2 * 2 * h + attention + mlp
+
+
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,
-                    zero_stage: int = 0) -> MemoryEstimate:
+                    zero_stage: int = 0, embedding: bool = False) -> MemoryEstimate:
     """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
     ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
-    the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``."""
+    the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``.
+    ``embedding``: the step includes the embedding and LM head, whose parameters count too."""
     if data_parallel < 1 or chips % data_parallel or batch % data_parallel:
         raise UserError(f"{data_parallel} data-parallel replicas must divide the {chips} chips and the batch of "
                               f"{batch} sequences")
     group = chips // data_parallel
     per_param = (bytes_per_param if data_parallel == 1
                  else state_bytes_per_param(bytes_per_param, data_parallel, zero_stage))
-    params = model.params_per_layer * model.layers * per_param / group
+    weights = model.params_per_layer * model.layers + (model.embedding_params if embedding else 0)
+    params = weights * per_param / group
     s, b, h, a = model.sequence, batch // data_parallel, model.hidden, model.heads
+    stored = stored_bytes_per_token(model)
+    # written as h x (X / h ...) so that X = 34h gives Korthikanti's figures to the last bit
     per_layer = {
-        Recompute.NONE: s * b * h * (34 + 5 * a * s / h),
-        Recompute.SELECTIVE: 34 * s * b * h,
+        Recompute.NONE: s * b * h * (stored / h + 5 * a * s / h),
+        Recompute.SELECTIVE: stored * s * b,
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
     return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes))
@@ -112,7 +138,8 @@ class MemoryPlan:
 
 def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
                 capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
-                reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0) -> MemoryPlan:
+                reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0,
+                embedding: bool = False) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
@@ -126,20 +153,21 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     if ignore_memory:
         level, count = levels[0], counts[0]
         return MemoryPlan(level, count, estimate_memory(model, chips, batch // count, level, capacity_bytes,
-                                                         bytes_per_param, **shards))
+                                                         bytes_per_param, **shards, embedding=embedding))
     if microbatches is None:
         counts += [m for m in range(2, batch + 1) if batch % m == 0 and (batch // m) % data_parallel == 0]
     tried: list[MemoryPlan] = []
     for count in counts:
         for level in levels if count == 1 else levels[-1:]:
-            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards)
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,
+                                       embedding=embedding)
             found = MemoryPlan(level, count, estimate)
             if estimate.feasible:
                 return found
             tried.append(found)
     smallest = min(tried, key=lambda plan: plan.estimate.shortfall_bytes)
     raise InfeasibleError(_shortfall(model, chips, batch, recompute, microbatches, smallest),
-                          _what_fits(model, chips, batch, capacity_bytes, bytes_per_param, shards))
+                          _what_fits(model, chips, batch, capacity_bytes, bytes_per_param, shards, embedding))
 
 
 def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
@@ -154,17 +182,18 @@ def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recom
 
 
 def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float,
-               shards: dict[str, int]) -> str:
+               shards: dict[str, int], embedding: bool) -> str:
     """The least change that fits, or why nothing on this many chips can."""
     data = shards["data_parallel"]
     for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
-            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards)
+            estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,
+                                       embedding=embedding)
             if estimate.feasible:
                 micro = f" --microbatches {count}" if count > 1 else ""
                 return (f"--recompute {level}{micro} fits ({estimate.total_bytes / GB:.1f} GB per chip); or "
                         "--ignore-memory to time it anyway")
     weights = estimate_memory(model, chips, data, Recompute.FULL, capacity_bytes, bytes_per_param,
-                              **shards).parameters_bytes
+                              **shards, embedding=embedding).parameters_bytes
     return (f"the weights, gradients and optimizer state alone take {weights / GB:.1f} GB per chip; use more chips, "
             "or --ignore-memory to time it anyway")

@@ -30,6 +30,7 @@ from tpusim.model.layer import (
     Op,
     block_ops,
     ff_layers,
+    kv_heads_on_mesh,
     model_flops_per_block,
     recompute_flops_per_block,
     step_extras,
@@ -119,6 +120,8 @@ def block_shape(spec: StepSpec, mesh: tuple[int, int], allow_infeasible: bool) -
         sequences_per_chip=split.sequences_per_chip,
         heads_per_chip=split.heads_per_chip,
         rows_per_chip=tokens / split.token_parts,
+        q_per_chip=spec.model.q_width / split.feature_parts,
+        kv_per_chip=kv_heads_on_mesh(spec.model, split.feature_parts) * spec.model.head_dim / split.feature_parts,
     )
     return shape, split
 
@@ -127,7 +130,7 @@ def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], t
     """(forward ops, backward ops, violations) of one block on ``mesh``; infeasible meshes raise unless allowed."""
     algorithm = get_algorithm(spec.algorithm)
     shape, split = block_shape(spec, mesh, spec.allow_infeasible)
-    layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
+    layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes, split.feature_parts)
     forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute,
                                   spec.attention)
     if algorithm.parallelism != "2d":
@@ -225,5 +228,5 @@ def step_model_flops(spec: StepSpec) -> float:
     recomputation, plus the LM head's three GeMMs onto the unpadded vocabulary when it is included."""
     flops = model_flops_per_block(spec.model, spec.tokens, spec.batch) * spec.model.layers
     if spec.embedding:
-        flops += 3 * 2.0 * spec.tokens * spec.model.hidden * spec.model.vocabulary
+        flops += 3.0 * spec.tokens * spec.model.lm_head_flops_per_token
     return flops

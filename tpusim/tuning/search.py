@@ -38,7 +38,8 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
-from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers
+from tpusim.model.feasibility import parts_for
+from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepResult, StepSpec, simulate_step
@@ -136,7 +137,11 @@ class _MeshSearch:
         return (False,)
 
     def attention_ok(self, flag: bool) -> bool:
-        return not flag or self.candidate.transposed_ok
+        """The transposed layout splits the heads over axis 0; the QKV GeMM was sized for the K / V heads
+        replicated over axis 1, so a mesh whose two axes replicate them differently keeps the standard layout."""
+        model, (rows, cols) = self.spec.model, self.candidate.mesh
+        same_kv = kv_heads_on_mesh(model, rows) == kv_heads_on_mesh(model, cols)
+        return not flag or (self.candidate.transposed_ok and same_kv)
 
     def options(self, index: int, flag: bool, required: bool | None) -> list[LayerOption]:
         key = (index, flag)
@@ -325,8 +330,9 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         among = [c for c in candidates if c.data == data]
         pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
                                  pass_multiplicity(spec, among[0].mesh))
-        layers = ff_layers(model, spec.tokens)
         for candidate in among:
+            # the QKV GeMM's width depends on the feature split where K / V heads are replicated
+            layers = ff_layers(model, spec.tokens, feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
             search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows)
             search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage)
             searches.append(search)
