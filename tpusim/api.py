@@ -116,8 +116,10 @@ def model(name_or_path: str | Path) -> TransformerModel:
 
     ``name_or_path`` is a packaged model's name (``tpusim list models``) or the path of a model YAML file
     (docs/extending.md#a-model). The result is frozen; its fields are ``name``, ``description``,
-    ``layers``, ``hidden`` (d_model), ``heads``, ``head_dim``, ``ffn`` (the feed-forward width), ``sequence``
-    (tokens per sequence) and ``vocabulary``. An unknown name or a malformed file raises ``UserError``.
+    ``layers``, ``hidden`` (d_model), ``heads``, ``head_dim``, ``kv_heads``, ``ffn`` (the feed-forward width),
+    ``mlp``, ``block``, ``tied_embeddings``, ``sequence`` (tokens per sequence), ``vocabulary`` and the sliding
+    window, with the counts derived from them (``params_per_layer``, ``total_params``, ...;
+    docs/workloads.md#model-files). An unknown name or a malformed file raises ``UserError``.
     """
     if not isinstance(name_or_path, str | Path):
         raise UserError(f"model {name_or_path!r} must be a model name or the path of a model YAML file")
