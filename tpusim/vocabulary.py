@@ -14,8 +14,8 @@ from typing import Self
 
 from tpusim.errors import UserError, unknown_name
 
-__all__ = ["EARLY_PREFETCH", "Activation", "Attention", "BlockKind", "Choice", "CollectiveOp", "Dataflow", "Fidelity",
-           "MlpKind", "MultiAxis", "Prefetch", "Recompute", "Ring"]
+__all__ = ["EARLY_PREFETCH", "Attention", "BlockKind", "Choice", "CollectiveOp", "Dataflow", "Fidelity",
+           "MlpActivation", "MlpKind", "MultiAxis", "Prefetch", "Recompute", "Ring"]
 
 
 class Choice(StrEnum):
@@ -106,7 +106,7 @@ class MlpKind(Choice):
     GATED = "gated"  # ff2(act(gate x) * (up x)): three matrices of hidden x ffn (GLU family: SwiGLU, GeGLU)
 
 
-class Activation(Choice):
+class MlpActivation(Choice):
     """The elementwise nonlinearity of the feed-forward layer (docs/workloads.md#model-files)."""
 
     GELU = "gelu"
@@ -156,7 +156,7 @@ _NOUNS = MappingProxyType({
     "Recompute": "recompute policy",
     "Attention": "attention variant",
     "MlpKind": "MLP kind",
-    "Activation": "activation",
+    "MlpActivation": "activation",
     "BlockKind": "block kind",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Self
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from tpusim.config.loader import FrozenModel
-from tpusim.vocabulary import Activation, BlockKind, MlpKind
+from tpusim.vocabulary import BlockKind, MlpActivation, MlpKind
 
 Count = Annotated[int, Field(ge=1)]
 
@@ -17,7 +17,7 @@ class Mlp(FrozenModel):
     """The feed-forward layer: plain (two matrices) or gated (three: gate, up and down), and its activation."""
 
     kind: MlpKind = MlpKind.PLAIN
-    activation: Activation = Activation.GELU
+    activation: MlpActivation = MlpActivation.GELU
 
     @property
     def matrices(self) -> int:
