@@ -172,13 +172,15 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage)
+                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage,
+                         remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload))
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
                     optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
-                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage)
+                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
+                    remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload))
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -222,6 +224,7 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
+        remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
         attention=request.attention, prefetch_window=request.prefetch_window,
         prefetch_budget=request.prefetch_budget,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,

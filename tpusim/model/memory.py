@@ -5,8 +5,9 @@ Adam moments) and are sharded over all chips. Stored activations follow Korthika
 "Reducing Activation Recomputation in Large Transformer Models", per layer with tensor parallelism t and
 sequence parallelism (everything sharded over the t = P chips): no recomputation s b h (34 + 5 a s / h) / t
 bytes; selective recomputation (attention recomputed) 34 s b h / t; full recomputation only each layer's
-input, 2 s b h / t. A batch split into m micro-batches (gradients accumulated) stores the activations of one
-micro-batch at a time.
+input, 2 s b h / t. ``minimal`` and ``custom`` store the tensors ``model.remat`` finds the backward pass reads
+(the layer input always, bf16), an offloaded tensor in host memory instead of HBM. A batch split into m
+micro-batches (gradients accumulated) stores the activations of one micro-batch at a time.
 
 With data parallelism (``data_parallel`` D replicas of a tensor-parallel group of t = P / D chips, each replica
 training batch / D sequences) the model state splits as ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
@@ -23,13 +24,18 @@ fits the whole batch (docs/workloads.md#memory).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
+from tpusim.model.layer import ff_layers, forward_op_names
+from tpusim.model.remat import DERIVED, plan_remat, tensor_bytes, tensor_widths
 from tpusim.units import GB
-from tpusim.vocabulary import Recompute, check_zero_stage
+from tpusim.vocabulary import Activation, Attention, Recompute, check_zero_stage
 
-LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # least recomputation first
+# least recomputation first: minimal recomputes the attention core as selective does, and the norms, residual and
+# activation function besides, storing less (the projections' outputs, not Korthikanti's 34 s b h)
+LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.MINIMAL, Recompute.FULL)
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class MemoryEstimate:
     parameters_bytes: float
     activations_bytes: float
     capacity_bytes: float
+    host_bytes: float = 0.0  # offloaded activations, per chip, in host memory (not counted against HBM)
 
     @property
     def total_bytes(self) -> float:
@@ -81,7 +88,8 @@ def state_bytes_per_param(bytes_per_param: float, data_parallel: int, zero_stage
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,
-                    zero_stage: int = 0) -> MemoryEstimate:
+                    zero_stage: int = 0, remat_save: frozenset[Activation] = frozenset(),
+                    remat_offload: frozenset[Activation] = frozenset()) -> MemoryEstimate:
     """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
     ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
     the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``."""
@@ -93,12 +101,29 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
                  else state_bytes_per_param(bytes_per_param, data_parallel, zero_stage))
     params = model.params_per_layer * model.layers * per_param / group
     s, b, h, a = model.sequence, batch // data_parallel, model.hidden, model.heads
+    if recompute in DERIVED:
+        kept, host = stored_activation_bytes(model, s * b, recompute, remat_save, remat_offload)
+        return MemoryEstimate(params, kept * model.layers / group, _usable(capacity_bytes, reserved_bytes),
+                              host * model.layers / group)
     per_layer = {
         Recompute.NONE: s * b * h * (34 + 5 * a * s / h),
         Recompute.SELECTIVE: 34 * s * b * h,
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
     return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes))
+
+
+def stored_activation_bytes(model: TransformerModel, tokens: int, recompute: Recompute,
+                            remat_save: frozenset[Activation] = frozenset(),
+                            remat_offload: frozenset[Activation] = frozenset()) -> tuple[float, float]:
+    """(HBM bytes, host bytes) of one layer's stored activations over ``tokens`` tokens under ``minimal`` or
+    ``custom`` (the whole layer, before sharding over chips)."""
+    qkv, out_proj, ff1, _ = ff_layers(model, 1)
+    widths = tensor_widths(qkv.outputs, qkv.inputs, out_proj.inputs, ff1.outputs)
+    # what is kept does not depend on the attention variant: its gradient reads Q, K and V under every one
+    plan = plan_remat(recompute, remat_save, remat_offload, Attention.UNFUSED, forward_op_names(model))
+    return tensor_bytes(plan.kept, tokens, widths), tensor_bytes(plan.offloaded, tokens, widths)
+
 
 
 @dataclass(frozen=True)
@@ -112,7 +137,9 @@ class MemoryPlan:
 
 def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
                 capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
-                reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0) -> MemoryPlan:
+                reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0,
+                remat_save: frozenset[Activation] = frozenset(),
+                remat_offload: frozenset[Activation] = frozenset()) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
@@ -120,7 +147,9 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     would fit.
     """
     capacity_bytes = _usable(capacity_bytes, reserved_bytes)
-    shards = {"data_parallel": data_parallel, "zero_stage": zero_stage}
+    shards: dict[str, Any] = {"data_parallel": data_parallel, "zero_stage": zero_stage}
+    if recompute is Recompute.CUSTOM:
+        shards |= {"remat_save": remat_save, "remat_offload": remat_offload}
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
     counts = [microbatches] if microbatches is not None else [1]
     if ignore_memory:
@@ -154,9 +183,10 @@ def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recom
 
 
 def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float,
-               shards: dict[str, int]) -> str:
+               shards: dict[str, Any]) -> str:
     """The least change that fits, or why nothing on this many chips can."""
     data = shards["data_parallel"]
+    shards = {"data_parallel": data, "zero_stage": shards["zero_stage"]}
     for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards)
