@@ -16,7 +16,7 @@ from typing import Self
 from tpusim.errors import UserError, unknown_name
 
 __all__ = ["EARLY_PREFETCH", "QKV_PARTS", "Activation", "Attention", "Choice", "CollectiveOp", "Dataflow", "Fidelity",
-           "MultiAxis", "Prefetch", "Recompute", "Ring", "check_remat"]
+           "MultiAxis", "Precision", "Prefetch", "Recompute", "Ring", "check_remat"]
 
 
 class Choice(StrEnum):
@@ -138,6 +138,13 @@ class Attention(Choice):
     FUSED_CAUSAL = "fused-causal"  # as fused, computing only the scores on or below the causal diagonal
 
 
+class Precision(Choice):
+    """The element type a training step's GeMMs multiply in (docs/chip.md#int8-gemms)."""
+
+    BF16 = "bf16"
+    INT8 = "int8"  # operands quantized to int8 (as AQT), products at the chip's int8 rate, outputs bf16
+
+
 class CollectiveOp(Choice):
     """The collective operations (docs/network.md#rings-and-collectives)."""
 
@@ -173,6 +180,7 @@ _NOUNS = MappingProxyType({
     "Recompute": "recompute policy",
     "Activation": "activation name",
     "Attention": "attention variant",
+    "Precision": "precision",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",
     "MultiAxis": "multi-axis schedule",

@@ -148,3 +148,16 @@ def test_attention_scores_of_square_causal_and_window() -> None:
     assert attention_scores(GPT3, causal=True) == S * S / 2
     assert attention_scores(GPT3, causal=True, window=512) == S * 512 - 512 * 512 / 2
     assert attention_scores(GPT3, causal=True, window=4 * S) == S * S / 2
+
+
+def test_offload_and_remat_save_errors_exit_2_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from tpusim.cli.main import main
+
+    base = ["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--mesh", "32x8"]
+    for extra, start in ((["--recompute", "full", "--remat-save", "context"], "remat_save applies to recompute"),
+                         (["--recompute", "custom", "--remat-save", "ctx"], "unknown activation name 'ctx'"),
+                         (["--recompute", "custom", "--remat-offload", "mlpwi"], "remat_offload mlpwi: host offload")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith(start)
+        assert len(err) <= 2  # the line, and for an unknown name its "did you mean"

@@ -47,6 +47,7 @@ from tpusim.vocabulary import (
     Dataflow,
     Fidelity,
     MultiAxis,
+    Precision,
     Prefetch,
     Recompute,
     Ring,
@@ -325,6 +326,10 @@ FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
 PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
 AttentionName = Annotated[Attention, BeforeValidator(_choice(Attention))]
+PrecisionName = Annotated[Precision, BeforeValidator(_choice(Precision))]
+PrecisionField = Annotated[PrecisionName, Field(description="GeMM precision: bf16, or int8 (the profile's int8 rate, "
+                                                            "1-byte operands; activations, weights and collectives "
+                                                            "stay bf16)")]
 
 # fields that step and tune requests share, described once
 RecomputeField = Annotated[RecomputeName, Field(description="activation recomputation: auto (the least that fits "
@@ -474,6 +479,7 @@ class GemmRequest(_Algorithm):
     block: Count = Field(8, description="MeshSlice strided-slice run length")
     transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
     dtype: Dtype = Field("bf16", description="element type being timed")
+    precision: PrecisionField = Precision.BF16
     compat_mean_overlap: Flag = Field(False, description="twin only: the MeshSlice authors' simulation-branch "
                                       "(a+b)/2 rule (labelled in results)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full, "
@@ -514,6 +520,7 @@ class StepRequest(_Algorithm):
     prefetch_window: PrefetchWindowField = 1
     prefetch_budget: PrefetchBudgetField = None
     attention: AttentionField = Attention.UNFUSED
+    precision: PrecisionField = Precision.BF16
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
     ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
@@ -574,6 +581,7 @@ class TuneRequest(Request):
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
                                        "fit under full recomputation when nothing fits the whole batch)")
     attention: AttentionField = Attention.UNFUSED
+    precision: PrecisionField = Precision.BF16
     fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
                                    "else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
