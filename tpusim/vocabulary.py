@@ -8,14 +8,16 @@ engines, algorithms and the command line all speak the same words.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Self
 
 from tpusim.errors import UserError, unknown_name
 
-__all__ = ["EARLY_PREFETCH", "Attention", "BlockKind", "Choice", "CollectiveOp", "Dataflow", "Fidelity",
-           "MlpActivation", "MlpKind", "MultiAxis", "Prefetch", "Recompute", "Ring"]
+__all__ = ["EARLY_PREFETCH", "QKV_PARTS", "Activation", "Attention", "BlockKind", "Choice", "CollectiveOp", "Dataflow",
+           "Fidelity", "MlpActivation", "MlpKind", "MultiAxis", "Precision", "Prefetch", "Recompute", "Ring",
+           "check_remat"]
 
 
 class Choice(StrEnum):
@@ -89,7 +91,44 @@ class Recompute(Choice):
     AUTO = "auto"  # the least recomputation whose memory fits in HBM (none where memory is ignored)
     NONE = "none"
     SELECTIVE = "selective"
+    MINIMAL = "minimal"  # MaxText's: the projection GeMMs' outputs saved, norms, activations and attention recomputed
     FULL = "full"
+    CUSTOM = "custom"  # ``remat_save``'s activations saved, ``remat_offload``'s in host memory, the rest recomputed
+
+
+class Activation(Choice):
+    """MaxText's names of a decoder layer's activations, for ``recompute custom`` (docs/workloads.md#memory)."""
+
+    DECODER_LAYER_INPUT = "decoder_layer_input"
+    QUERY_PROJ = "query_proj"
+    KEY_PROJ = "key_proj"
+    VALUE_PROJ = "value_proj"
+    QKV_PROJ = "qkv_proj"
+    OUT_PROJ = "out_proj"
+    CONTEXT = "context"
+    MLPWI = "mlpwi"
+    MLPWO = "mlpwo"
+
+
+QKV_PARTS = frozenset({Activation.QUERY_PROJ, Activation.KEY_PROJ, Activation.VALUE_PROJ})
+"""The three outputs of the one fused QKV GeMM of tpusim's block."""
+
+
+def check_remat(recompute: Recompute, save: Iterable[Activation], offload: Iterable[Activation]) -> None:
+    """One line for activation names given with a policy other than custom, or named twice."""
+    save, offload = list(save), list(offload)
+    if (save or offload) and recompute is not Recompute.CUSTOM:
+        given = "remat_save" if save else "remat_offload"
+        raise UserError(f"{given} applies to recompute custom; the recompute policy is {recompute}")
+    both = sorted(set(save) & set(offload))
+    if both:
+        raise UserError(f"activation {both[0]} is in both remat_save and remat_offload; name it in one of them")
+    for names, field in ((save, "remat_save"), (offload, "remat_offload")):
+        parts = QKV_PARTS & set(names)
+        if parts and parts != QKV_PARTS:
+            raise UserError(f"{field} names {', '.join(sorted(parts))} alone: tpusim's block computes query_proj, "
+                            "key_proj and value_proj in one fused QKV GeMM; name all three, or qkv_proj")
+
 
 
 class Attention(Choice):
@@ -97,6 +136,14 @@ class Attention(Choice):
 
     UNFUSED = "unfused"  # scores and probabilities written to and read from HBM in fp32 (XLA without a fused kernel)
     FUSED = "fused"  # one pass over Q, K, V and O, flash-style; the backward pass recomputes the scores
+    FUSED_CAUSAL = "fused-causal"  # as fused, computing only the scores on or below the causal diagonal
+
+
+class Precision(Choice):
+    """The element type a training step's GeMMs multiply in (docs/chip.md#int8-gemms)."""
+
+    BF16 = "bf16"
+    INT8 = "int8"  # operands quantized to int8 (as AQT), products at the chip's int8 rate, outputs bf16
 
 
 class MlpKind(Choice):
@@ -154,10 +201,12 @@ _NOUNS = MappingProxyType({
     "Fidelity": "fidelity",
     "Prefetch": "prefetch policy",
     "Recompute": "recompute policy",
+    "Activation": "activation name",
     "Attention": "attention variant",
     "MlpKind": "MLP kind",
     "MlpActivation": "activation",
     "BlockKind": "block kind",
+    "Precision": "precision",
     "CollectiveOp": "collective operation",
     "Ring": "ring variant",
     "MultiAxis": "multi-axis schedule",

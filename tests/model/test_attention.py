@@ -93,5 +93,6 @@ def test_step_and_tune_record_the_variant_and_fused_is_faster_on_tpuv4() -> None
 
 
 def test_an_unknown_variant_is_refused_with_the_valid_names() -> None:
-    with pytest.raises(UnknownNameError, match=r"^unknown attention variant 'flash'; valid: fused, unfused$"):
+    with pytest.raises(UnknownNameError,
+                       match=r"^unknown attention variant 'flash'; valid: fused, fused-causal, unfused$"):
         api.step(model="gpt3-175b", hardware="tpuv4", mesh="4x4", algorithm="collective", attention="flash")

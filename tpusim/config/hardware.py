@@ -42,6 +42,11 @@ class ChipSpec(FrozenModel):
 
     peak_flops: FlopsPerSecond
     """Peak FLOP/s used for GeMM time and MFU."""
+    int8_peak_ops: FlopsPerSecond | None = None
+    """Peak int8 operations per second of the MXU (None: the profile times no int8 GeMM)."""
+    gemm_precision: Literal["bf16", "int8"] = "bf16"
+    """The precision GeMMs run at: int8 (set by a request's ``precision``, ``hardware.profiles.with_precision``)
+    runs them at ``int8_peak_ops`` with 1-byte operands in the roofline; never set in a profile file."""
     peak_flops_informational: FlopsPerSecond | None = None
     """A second quoted peak (e.g. the 249e12 printed compute bound); recorded, never used for timing."""
     tensorcores: Count

@@ -40,15 +40,18 @@ from tpusim.limits import (
 from tpusim.units import UnitError, dtype_bytes, parse_count, parse_size
 from tpusim.vocabulary import (
     ZERO_STAGES,
+    Activation,
     Attention,
     Choice,
     CollectiveOp,
     Dataflow,
     Fidelity,
     MultiAxis,
+    Precision,
     Prefetch,
     Recompute,
     Ring,
+    check_remat,
     check_zero_stage,
 )
 
@@ -277,6 +280,17 @@ def _choices(kind: type[Choice]) -> Callable[[Any], tuple[Choice, ...]]:
     return check
 
 
+def _activations(value: Any) -> tuple[Activation, ...]:
+    """MaxText activation names, as a list or comma-separated text (empty: none); order kept, duplicates dropped."""
+    one = _choice(Activation)
+    items = value.split(",") if isinstance(value, str) else value
+    if items is None:
+        return ()
+    if not isinstance(items, list | tuple):
+        raise problem(f"must be activation names; valid: {', '.join(Activation.names())} (comma-separated)")
+    return tuple(dict.fromkeys(Activation(one(item)) for item in items if str(item).strip()))
+
+
 def _overlap_limit(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().lower() == UNLIMITED:
         return UNLIMITED
@@ -312,12 +326,23 @@ FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
 PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
 AttentionName = Annotated[Attention, BeforeValidator(_choice(Attention))]
+PrecisionName = Annotated[Precision, BeforeValidator(_choice(Precision))]
+PrecisionField = Annotated[PrecisionName, Field(description="GeMM precision: bf16, or int8 (the profile's int8 rate, "
+                                                            "1-byte operands; activations, weights and collectives "
+                                                            "stay bf16)")]
 
 # fields that step and tune requests share, described once
 RecomputeField = Annotated[RecomputeName, Field(description="activation recomputation: auto (the least that fits "
-                                                            "in HBM), none, selective, full")]
+                                                            "in HBM), none, selective, minimal, full, custom")]
+Activations = Annotated[tuple[Activation, ...], BeforeValidator(_activations),
+                        Field(json_schema_extra={"type": "array", "items": {"enum": Activation.names()}})]
+RematSaveField = Annotated[Activations, Field(description="under --recompute custom: activations saved in HBM, "
+                                              "comma-separated: " + ", ".join(Activation.names()))]
+RematOffloadField = Annotated[Activations, Field(description="under --recompute custom: activations written to host "
+                                                 "memory in forward and read back for backward")]
 AttentionField = Annotated[AttentionName, Field(description="attention core: unfused (scores and probabilities "
-                                                            "through HBM in fp32) or fused (flash-style, one pass)")]
+                                                            "through HBM in fp32), fused (flash-style, one pass) or "
+                                                            "fused-causal (flash, the causal half of the scores)")]
 PrefetchWindowField = Annotated[Index, Field(description="under --prefetch window: how many ops before its GeMM a "
                                                          "data-independent gather may start (0: none)")]
 PrefetchBudgetField = Annotated[Size | None, Field(description="under --prefetch window: bytes of gathered buffers "
@@ -454,6 +479,7 @@ class GemmRequest(_Algorithm):
     block: Count = Field(8, description="MeshSlice strided-slice run length")
     transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
     dtype: Dtype = Field("bf16", description="element type being timed")
+    precision: PrecisionField = Precision.BF16
     compat_mean_overlap: Flag = Field(False, description="twin only: the MeshSlice authors' simulation-branch "
                                       "(a+b)/2 rule (labelled in results)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full, "
@@ -488,10 +514,13 @@ class StepRequest(_Algorithm):
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
                                    "symmetric")
     recompute: RecomputeField = Recompute.AUTO
+    remat_save: RematSaveField = ()
+    remat_offload: RematOffloadField = ()
     microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
     prefetch_window: PrefetchWindowField = 1
     prefetch_budget: PrefetchBudgetField = None
     attention: AttentionField = Attention.UNFUSED
+    precision: PrecisionField = Precision.BF16
     bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
                                       "state")
     ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
@@ -525,6 +554,11 @@ class StepRequest(_Algorithm):
                           "one of them", style=Problem.PLAIN)
         return {**values, "dp": dp, "mesh": mesh if len(sides) == 3 else f"{dp}x{mesh}"}
 
+    @model_validator(mode="after")
+    def _remat_names(self) -> Self:
+        _check_remat_names(self)
+        return self
+
 
 class TuneRequest(Request):
     """A search for the fastest configuration of a training step (``tpusim tune``)."""
@@ -542,9 +576,12 @@ class TuneRequest(Request):
     prefetch_window: PrefetchWindowField = 1
     prefetch_budget: PrefetchBudgetField = None
     recompute: RecomputeField = Recompute.AUTO
+    remat_save: RematSaveField = ()
+    remat_offload: RematOffloadField = ()
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
                                        "fit under full recomputation when nothing fits the whole batch)")
     attention: AttentionField = Attention.UNFUSED
+    precision: PrecisionField = Precision.BF16
     fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
                                    "else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
@@ -564,11 +601,24 @@ class TuneRequest(Request):
                                   "state, 2 and gradients, 3 and weights")
 
     @model_validator(mode="after")
+    def _remat_names(self) -> Self:
+        _check_remat_names(self)
+        return self
+
+    @model_validator(mode="after")
     def _dp_divides(self) -> Self:
         if self.dp is not None and self.chips % self.dp:
             raise problem(f"dp {self.dp} does not divide the {self.chips} chips; valid: a divisor of {self.chips}",
                           style=Problem.PLAIN)
         return self
+
+
+def _check_remat_names(request: StepRequest | TuneRequest) -> None:
+    """Activation names only with recompute custom, each in one list (``vocabulary.check_remat``)."""
+    try:
+        check_remat(request.recompute, request.remat_save, request.remat_offload)
+    except UserError as error:
+        raise problem(error.message, style=Problem.PLAIN) from None
 
 
 REQUESTS: tuple[type[Request], ...] = (CollectiveRequest, GemmRequest, StepRequest, TuneRequest)

@@ -35,7 +35,7 @@ from tpusim.experiments.footprint import check_gemm_memory, check_step_memory
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.topology import MeshMapping
 from tpusim.units import parse_size
-from tpusim.vocabulary import Dataflow, Prefetch
+from tpusim.vocabulary import Activation, Dataflow, Precision, Prefetch
 
 if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
@@ -67,8 +67,18 @@ def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
 
 def request_hardware(request: Request, context: Context | None = None) -> HardwareProfile:
     """The profile a request runs on: named, scaled, and with its collective switches applied."""
+    from tpusim.hardware.profiles import with_precision
+
     profile = hardware_of(request.hardware, request.scale, context)
+    profile = with_precision(profile, getattr(request, "precision", Precision.BF16))
     return with_collective_switches(profile, multi_axis=request.multi_axis, overlap_limit=request.overlap_limit)
+
+
+def check_offload(offload: tuple[Activation, ...]) -> None:
+    """Host offload is accounted in memory (``model.memory``) but its transfers are not simulated: refused."""
+    if offload:
+        raise InfeasibleError(f"remat_offload {','.join(offload)}: host offload is not simulated (no host link in "
+                              "the engine yet); save the activations (remat_save) or let them be recomputed")
 
 
 def model_of(model: str | TransformerModel, context: Context | None = None) -> TransformerModel:
@@ -155,6 +165,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     from tpusim.model.program import prefetch_budget
     from tpusim.model.step import StepSpec, simulate_step
 
+    check_offload(request.remat_offload)
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
     check_step_memory(mapping.num_chips, request.fidelity)
@@ -173,13 +184,15 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
                          reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage,
-                         embedding=request.embedding)
+                         embedding=request.embedding, remat_save=frozenset(request.remat_save),
+                         remat_offload=frozenset(request.remat_offload))
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
                     optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
-                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage)
+                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
+                    remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload))
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -210,6 +223,7 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     from tpusim.tuning.search import TuneSpec, check_jobs, tune
 
     check_jobs(jobs)
+    check_offload(request.remat_offload)
     if tracer is not None:
         from tpusim.experiments.tracing import check_trace_chips
 
@@ -223,6 +237,7 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         chips=request.chips,
         algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
         prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
+        remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
         attention=request.attention, prefetch_window=request.prefetch_window,
         prefetch_budget=request.prefetch_budget,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,

@@ -27,8 +27,17 @@ class ChipModel:
     """Compute and HBM timing of one chip."""
 
     __slots__ = (
-        "accumulator_bytes", "accumulator_traffic", "gemm_model", "hbm_bandwidth", "hbm_capacity", "mxu_dim",
-        "op_overhead", "peak_flops", "vector_rate",
+        "accumulator_bytes",
+        "accumulator_traffic",
+        "gemm_model",
+        "gemm_peak",
+        "hbm_bandwidth",
+        "hbm_capacity",
+        "int8",
+        "mxu_dim",
+        "op_overhead",
+        "peak_flops",
+        "vector_rate",
     )
 
     def __init__(self, chip: ChipSpec) -> None:
@@ -41,6 +50,11 @@ class ChipModel:
         self.accumulator_bytes: int = chip.accumulator_bytes
         self.vector_rate: float | None = chip.vector_rate
         self.op_overhead: float = chip.op_overhead
+        # int8 GeMMs: the int8 rate, and each operand element one byte (the output stays bf16)
+        self.int8: bool = chip.gemm_precision == "int8"
+        if self.int8 and chip.int8_peak_ops is None:
+            raise ValueError("int8 GeMMs need the chip's int8_peak_ops")
+        self.gemm_peak: float = chip.int8_peak_ops if self.int8 and chip.int8_peak_ops else chip.peak_flops
 
     def gemm_flops(self, m: int, n: int, k: int) -> float:
         """Model FLOPs of an (m x k) @ (k x n) product: 2mnk, without padding."""
@@ -53,7 +67,7 @@ class ChipModel:
         ``accumulate``, the accumulator read and written at the profile's accumulator precision
         (docs/chip.md#gemm-time)."""
         _check_dims(m, n, k)
-        operands = in_bytes * (m * k + k * n)
+        operands = (1 if self.int8 else in_bytes) * (m * k + k * n)
         if not self.accumulator_traffic:
             return float(operands)
         output = 2 * self.accumulator_bytes * m * n if accumulate else out_bytes * m * n
@@ -67,10 +81,10 @@ class ChipModel:
         if m == 0 or n == 0 or k == 0:
             return 0.0
         if self.gemm_model == "flops":
-            return self.op_overhead + 2 * m * n * k / self.peak_flops
+            return self.op_overhead + 2 * m * n * k / self.gemm_peak
         d = self.mxu_dim
         # The MXU processes whole d x d tiles, so a ragged edge costs as much as a full tile.
-        compute = 2 * _pad(m, d) * _pad(n, d) * _pad(k, d) / self.peak_flops
+        compute = 2 * _pad(m, d) * _pad(n, d) * _pad(k, d) / self.gemm_peak
         memory = self.gemm_hbm_bytes(m, n, k, in_bytes=in_bytes, out_bytes=out_bytes,
                                      accumulate=accumulate) / self.hbm_bandwidth
         return self.op_overhead + max(compute, memory)

@@ -21,10 +21,11 @@ from tpusim.config.hardware import (
     ProfileDocument,
 )
 from tpusim.config.loader import deep_merge, load_yaml, validate
-from tpusim.errors import ConfigError, UnknownNameError
-from tpusim.vocabulary import MultiAxis
+from tpusim.errors import ConfigError, InfeasibleError, UnknownNameError
+from tpusim.vocabulary import MultiAxis, Precision
 
-__all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile", "with_collective_switches"]
+__all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile", "with_collective_switches",
+           "with_precision"]
 
 _WHAT = "hardware profile"
 _KINDS: MappingProxyType[object, type[HardwareProfile]] = MappingProxyType(
@@ -163,7 +164,8 @@ def scaled_profile(
         raise ConfigError(f"scale factor dma={dma:g} needs HBM contention; {profile.name!r} charges no DMA traffic "
                           "to HBM (chip.dma_hbm_traffic is 0)")
     rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
-    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops,
+    int8 = profile.chip.int8_peak_ops * flops if profile.chip.int8_peak_ops is not None else None
+    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops, "int8_peak_ops": int8,
                                            "op_overhead": profile.chip.op_overhead * op, "vector_rate": rate,
                                            "dma_hbm_traffic": profile.chip.dma_hbm_traffic * dma})
     update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}
@@ -212,3 +214,15 @@ def with_collective_switches(profile: HardwareProfile, *, multi_axis: MultiAxis 
             update["overlap_limits"] = profile.overlap_limits.model_copy(
                 update=dict.fromkeys(_LIMITED, int(overlap_limit)))
     return profile.model_copy(update=update) if update else profile
+
+
+def with_precision(profile: HardwareProfile, precision: Precision) -> HardwareProfile:
+    """The profile whose GeMMs run at ``precision`` (docs/chip.md#int8-gemms); bf16 is the profile itself."""
+    if precision is Precision.BF16:
+        return profile
+    if profile.chip.int8_peak_ops is None or isinstance(profile, CalibratedProfile):
+        kind = "a calibrated profile, fitted to bf16 runs" if isinstance(profile, CalibratedProfile) else "a profile"
+        raise InfeasibleError(f"precision int8 needs an int8 rate (chip.int8_peak_ops), which {profile.name!r} "
+                              f"({kind}) does not have; use precision bf16, or a physical profile such as 'tpuv5e'")
+    chip = profile.chip.model_copy(update={"gemm_precision": str(precision)})
+    return profile.model_copy(update={"name": f"{profile.name}[{precision}]", "chip": chip})

@@ -21,12 +21,14 @@ from types import MappingProxyType
 from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
 from tpusim.gemm.dataflow import GemmProblem
+from tpusim.model.remat import DERIVED, plan_remat
 from tpusim.units import dtype_bytes
-from tpusim.vocabulary import Attention, BlockKind, Dataflow, MlpKind
+from tpusim.vocabulary import Activation, Attention, BlockKind, Dataflow, MlpKind, Recompute
 
-__all__ = ["FF_LAYERS", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp", "NormStatsOp", "Op",
-           "Pass", "attention_forward_flops", "attention_ops", "block_ops",
-           "ff_layers", "heuristic_dataflow", "kv_heads_on_mesh", "model_flops_per_block", "padded_vocabulary",
+__all__ = ["FF_LAYERS", "FLASH", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp",
+           "NormStatsOp", "Op", "Pass", "attention_forward_flops", "attention_ops", "attention_scores", "block_ops",
+           "ff_layers", "forward_op_names", "heuristic_dataflow", "kv_heads_on_mesh", "model_flops_per_block",
+           "padded_vocabulary",
            "step_extras"]
 
 
@@ -181,16 +183,21 @@ def attention_ops(attention: Attention, shape: BlockShape, model: TransformerMod
                                                                                                           LocalOp]:
     """(forward, backward) of the attention core on one chip (docs/workloads.md#attention).
 
-    Both variants multiply QK^T and AV forward (4 x sequences x heads x head_dim x S^2 FLOP, no causal discount)
-    and four such products backward. Unfused, the scores and probabilities pass through HBM in fp32; fused
-    (flash-style), the core reads Q, K, V and writes O once, and the backward pass recomputes QK^T and the softmax.
+    Every variant multiplies QK^T and AV forward (4 x sequences x heads x head_dim FLOP per score) and four such
+    products backward. Unfused and fused compute every score of the S x S square (no causal discount);
+    fused-causal only those on or below the diagonal (``attention_scores``). Unfused, the scores and
+    probabilities pass through HBM in fp32; fused (flash-style), the core reads Q, K, V and writes O once, and
+    the backward pass recomputes QK^T and the softmax.
     """
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * (shape.q_per_chip + shape.kv_per_chip) / 2  # mean of Q, K, V and O per tensor
-    scores = shape.sequences_per_chip * shape.heads_per_chip * model.sequence * model.sequence
-    flops = attention_forward_flops(model, shape.sequences_per_chip, shape.heads_per_chip)
+    causal = attention is Attention.FUSED_CAUSAL
+    # the square is multiplied out as it always was, so unfused and fused figures stay bit for bit
+    scores = (shape.sequences_per_chip * shape.heads_per_chip * attention_scores(model, causal) if causal
+              else shape.sequences_per_chip * shape.heads_per_chip * model.sequence * model.sequence)
+    flops = attention_forward_flops(model, shape.sequences_per_chip, shape.heads_per_chip, causal)
     softmax, softmax_bwd = VECTOR_OPS_PER_ELEMENT["softmax"], VECTOR_OPS_PER_ELEMENT["softmax.bwd"]
-    if attention is Attention.FUSED:
+    if attention in FLASH:
         return (LocalOp("attention", flops, 4 * b * act, softmax * scores),
                 LocalOp("attention.bwd", 2.5 * flops, 8 * b * act, (softmax + softmax_bwd) * scores))
     return (LocalOp("attention", flops, 4 * b * act + UNFUSED_SCORE_BYTES["forward"] * scores, softmax * scores),
@@ -213,12 +220,28 @@ def activation_ops(model: TransformerModel, shape: BlockShape, dtype: str) -> tu
                         (per[name] + per[f"{name}.bwd"] + per["gate.bwd"]) * wide))
     return (LocalOp(name, 0.0, 2 * b * wide, per[name] * wide),
             LocalOp(f"{name}.bwd", 0.0, 3 * b * wide, per[f"{name}.bwd"] * wide))
+FLASH = frozenset({Attention.FUSED, Attention.FUSED_CAUSAL})
+"""The attention variants whose core runs as one flash-style kernel."""
+
+
+def attention_scores(model: TransformerModel, causal: bool, window: int | None = None) -> float:
+    """Scores one head of one sequence computes: the S x S square, or the causal half S^2 / 2; with a sliding
+    window of W tokens (causal), S W - W^2 / 2."""
+    s = model.sequence
+    if not causal:
+        return float(s * s)
+    if window is not None and window < s:
+        return float(s * window - window * window / 2)
+    return s * s / 2
 
 
 def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: BlockShape, dtype: str,
               stats_dtype: str, recompute: str,
-              attention_kind: Attention = Attention.UNFUSED) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
-    """(forward ops, backward ops) of one block on one chip, sequential or parallel (see the module docstring)."""
+              attention_kind: Attention = Attention.UNFUSED, *, remat_save: frozenset[Activation] = frozenset(),
+              remat_offload: frozenset[Activation] = frozenset()) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward ops, backward ops) of one block on one chip, sequential or parallel (see the module docstring);
+    under ``minimal`` and ``custom`` the backward pass starts by rerunning the forward ops ``model.remat``
+    derives."""
     b = dtype_bytes(dtype)
     act = shape.tokens_per_chip * shape.hidden_per_chip  # one [tokens, hidden] activation, per chip
     qkv, out_proj, ff1, ff2 = layers
@@ -285,7 +308,14 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
             *both(out_proj), *recomputed_attention, attention_bwd, *both(qkv),
             *norm_bwd("ln1", qkv),
         ]
-    backward: list[Op] = _renamed(forward, "recompute.") if recompute == "full" else []
+    backward: list[Op] = []
+    if recompute == "full":
+        backward = _renamed(forward, "recompute.")
+    elif Recompute(recompute) in DERIVED:
+        rerun = plan_remat(Recompute(recompute), remat_save, remat_offload, attention_kind,
+                           [op.name for op in forward], block=model.block,
+                           activation=str(model.mlp.activation)).recomputed
+        backward = _renamed([op for op in forward if op.name in rerun], "recompute.")
     backward += body
     return tuple(forward), tuple(backward)
 
@@ -302,9 +332,11 @@ def _renamed(ops: list[Op], prefix: str) -> list[Op]:
     return out
 
 
-def attention_forward_flops(model: TransformerModel, sequences: float, heads: float) -> float:
-    """FLOPs of the attention core's forward pass (QK^T and AV, 2 x S x S x head_dim each per head and sequence,
-    no causal discount) for ``sequences`` x ``heads``."""
+def attention_forward_flops(model: TransformerModel, sequences: float, heads: float, causal: bool = False) -> float:
+    """FLOPs of the attention core's forward pass (QK^T and AV, 2 x head_dim each per score: the S x S square,
+    or its causal half) for ``sequences`` x ``heads``."""
+    if causal:
+        return 4.0 * sequences * heads * model.head_dim * attention_scores(model, causal)
     return 4.0 * sequences * heads * model.head_dim * model.sequence * model.sequence
 
 
@@ -314,23 +346,44 @@ def _ff_forward_flops(model: TransformerModel, tokens: int) -> float:
     return 1.0 * tokens * model.block_matmul_flops_per_token
 
 
-def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int) -> float:
-    """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU); the attention
-    core without a causal discount (``TransformerModel.attention_flops_per_sequence(causal=False)`` per layer)."""
-    return 3 * _ff_forward_flops(model, tokens) + 3 * attention_forward_flops(model, sequences, model.heads)
+def model_flops_per_block(model: TransformerModel, tokens: int, sequences: int,
+                          attention: Attention = Attention.UNFUSED) -> float:
+    """Model FLOPs of one block, forward plus backward, no padding and no recomputation (for MFU): the attention
+    core's full square, or its causal half where the kernel computes only that (fused-causal)."""
+    causal = attention is Attention.FUSED_CAUSAL
+    return 3 * _ff_forward_flops(model, tokens) + 3 * attention_forward_flops(model, sequences, model.heads, causal)
 
 
 def recompute_flops_per_block(model: TransformerModel, tokens: int, sequences: int, recompute: str,
-                              attention: Attention = Attention.UNFUSED) -> float:
+                              attention: Attention = Attention.UNFUSED, *,
+                              remat_save: frozenset[Activation] = frozenset(),
+                              remat_offload: frozenset[Activation] = frozenset()) -> float:
     """FLOPs the backward pass spends recomputing one block's forward (for HFU): the attention core under
-    ``selective``, the whole forward under ``full``; a fused attention core also recomputes QK^T."""
-    attention_fwd = attention_forward_flops(model, sequences, model.heads)
-    fused = 0.5 * attention_fwd if attention is Attention.FUSED else 0.0
+    ``selective``, the whole forward under ``full``, the forward ops ``model.remat`` derives under ``minimal`` and
+    ``custom``; a flash-style attention core also recomputes QK^T."""
+    causal = attention is Attention.FUSED_CAUSAL
+    attention_fwd = attention_forward_flops(model, sequences, model.heads, causal)
+    fused = 0.5 * attention_fwd if attention in FLASH else 0.0
     if recompute == "selective":
         return attention_fwd + fused
     if recompute == "full":
         return _ff_forward_flops(model, tokens) + attention_fwd + fused
+    if Recompute(recompute) in DERIVED:
+        rerun = plan_remat(Recompute(recompute), remat_save, remat_offload, attention,
+                           forward_op_names(model, attention), block=model.block,
+                           activation=str(model.mlp.activation)).recomputed
+        # the model's GeMMs (feature split 1: replicated K / V heads are not model FLOPs)
+        gemms = {f"{layer.name}.fwd": 2.0 * tokens * layer.inputs * layer.outputs for layer in ff_layers(model, tokens)}
+        flops = {**gemms, "attention": attention_fwd}
+        return sum(flops.get(name, 0.0) for name in rerun) + fused
     return fused
+
+
+def forward_op_names(model: TransformerModel, attention: Attention = Attention.UNFUSED) -> list[str]:
+    """The names of a block's forward ops, in order (what ``model.remat`` derives recomputation from)."""
+    shape = BlockShape(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # a stand-in: only the names are read
+    forward, _ = block_ops(model, ff_layers(model, model.sequence), shape, "bf16", "fp32", "none", attention)
+    return [op.name for op in forward]
 
 
 OPTIMIZER = "optimizer"  # the name of the once-per-step Adam update

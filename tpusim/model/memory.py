@@ -19,6 +19,8 @@ The score-sized tensors (softmax output 2, dropout mask 1 and dropout output 2 b
 token, a = query heads. For GPT-3 and MT-NLG (q = k = h, f = 4h, plain, sequential) X = 4h + 11h + 19h = 34h,
 Korthikanti's formula. K / V heads replicated over a wider feature split are not counted (the estimate is
 independent of the mesh shape), nor are dropout masks dropped for models trained without dropout.
+``minimal`` and ``custom`` store the tensors ``model.remat`` finds the backward pass reads (the layer input always,
+bf16), an offloaded tensor in host memory instead of HBM.
 
 With data parallelism (``data_parallel`` D replicas of a tensor-parallel group of t = P / D chips, each replica
 training batch / D sequences) the model state splits as ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
@@ -35,13 +37,18 @@ fits the whole batch (docs/workloads.md#memory).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
+from tpusim.model.layer import ff_layers, forward_op_names
+from tpusim.model.remat import DERIVED, plan_remat, tensor_bytes, tensor_widths
 from tpusim.units import GB
-from tpusim.vocabulary import BlockKind, MlpKind, Recompute, check_zero_stage
+from tpusim.vocabulary import Activation, Attention, BlockKind, MlpKind, Recompute, check_zero_stage
 
-LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)  # least recomputation first
+# least recomputation first: minimal recomputes the attention core as selective does, and the norms, residual and
+# activation function besides, storing less (the projections' outputs, not Korthikanti's 34 s b h)
+LEVELS = (Recompute.NONE, Recompute.SELECTIVE, Recompute.MINIMAL, Recompute.FULL)
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,7 @@ class MemoryEstimate:
     parameters_bytes: float
     activations_bytes: float
     capacity_bytes: float
+    host_bytes: float = 0.0  # offloaded activations, per chip, in host memory (not counted against HBM)
 
     @property
     def total_bytes(self) -> float:
@@ -103,7 +111,8 @@ def stored_bytes_per_token(model: TransformerModel) -> int:
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,
-                    zero_stage: int = 0, embedding: bool = False) -> MemoryEstimate:
+                    zero_stage: int = 0, embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
+                    remat_offload: frozenset[Activation] = frozenset()) -> MemoryEstimate:
     """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
     ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
     the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``.
@@ -119,12 +128,30 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
     s, b, h, a = model.sequence, batch // data_parallel, model.hidden, model.heads
     stored = stored_bytes_per_token(model)
     # written as h x (X / h ...) so that X = 34h gives Korthikanti's figures to the last bit
+    if recompute in DERIVED:
+        kept, host = stored_activation_bytes(model, s * b, recompute, remat_save, remat_offload)
+        return MemoryEstimate(params, kept * model.layers / group, _usable(capacity_bytes, reserved_bytes),
+                              host * model.layers / group)
     per_layer = {
         Recompute.NONE: s * b * h * (stored / h + 5 * a * s / h),
         Recompute.SELECTIVE: stored * s * b,
         Recompute.FULL: 2 * s * b * h,
     }[recompute]
     return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes))
+
+
+def stored_activation_bytes(model: TransformerModel, tokens: int, recompute: Recompute,
+                            remat_save: frozenset[Activation] = frozenset(),
+                            remat_offload: frozenset[Activation] = frozenset()) -> tuple[float, float]:
+    """(HBM bytes, host bytes) of one layer's stored activations over ``tokens`` tokens under ``minimal`` or
+    ``custom`` (the whole layer, before sharding over chips)."""
+    qkv, out_proj, ff1, _ = ff_layers(model, 1)
+    widths = tensor_widths(qkv.outputs, qkv.inputs, out_proj.inputs, ff1.outputs, model.ffn)
+    # what is kept does not depend on the attention variant: its gradient reads Q, K and V under every one
+    plan = plan_remat(recompute, remat_save, remat_offload, Attention.UNFUSED, forward_op_names(model),
+                      block=model.block, activation=str(model.mlp.activation))
+    return tensor_bytes(plan.kept, tokens, widths), tensor_bytes(plan.offloaded, tokens, widths)
+
 
 
 @dataclass(frozen=True)
@@ -139,7 +166,8 @@ class MemoryPlan:
 def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute, microbatches: int | None,
                 capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
                 reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0,
-                embedding: bool = False) -> MemoryPlan:
+                embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
+                remat_offload: frozenset[Activation] = frozenset()) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
@@ -147,7 +175,9 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     would fit.
     """
     capacity_bytes = _usable(capacity_bytes, reserved_bytes)
-    shards = {"data_parallel": data_parallel, "zero_stage": zero_stage}
+    shards: dict[str, Any] = {"data_parallel": data_parallel, "zero_stage": zero_stage}
+    if recompute is Recompute.CUSTOM:
+        shards |= {"remat_save": remat_save, "remat_offload": remat_offload}
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
     counts = [microbatches] if microbatches is not None else [1]
     if ignore_memory:
@@ -182,9 +212,10 @@ def _shortfall(model: TransformerModel, chips: int, batch: int, recompute: Recom
 
 
 def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: float, bytes_per_param: float,
-               shards: dict[str, int], embedding: bool) -> str:
+               shards: dict[str, Any], embedding: bool) -> str:
     """The least change that fits, or why nothing on this many chips can."""
     data = shards["data_parallel"]
+    shards = {"data_parallel": data, "zero_stage": shards["zero_stage"]}
     for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,

@@ -35,7 +35,7 @@ from tpusim.model.layer import (
     recompute_flops_per_block,
     step_extras,
 )
-from tpusim.vocabulary import Attention, Dataflow, Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
 
 __all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_shape", "plan_block", "plan_step", "step_model_flops"]
 
@@ -68,6 +68,8 @@ class StepSpec:
     prefetch_budget: float | None = None  # bytes of gathered buffers in hand early (window policy); None: no bound
     zero_stage: int = 1  # how a D x R x C layout shards model state over the replicas (model.data_parallel)
     accumulating: bool = False  # a micro-step before the last of gradient accumulation (model.data_parallel)
+    remat_save: frozenset[Activation] = frozenset()  # under recompute custom: saved in HBM (model.remat)
+    remat_offload: frozenset[Activation] = frozenset()  # under recompute custom: kept in host memory
 
     @property
     def tokens(self) -> int:
@@ -132,7 +134,7 @@ def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], t
     shape, split = block_shape(spec, mesh, spec.allow_infeasible)
     layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes, split.feature_parts)
     forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute,
-                                  spec.attention)
+                                  spec.attention, remat_save=spec.remat_save, remat_offload=spec.remat_offload)
     if algorithm.parallelism != "2d":
         forward, backward = _one_d_statistics(forward, algorithm.parallelism), _one_d_statistics(
             backward, algorithm.parallelism)
@@ -219,14 +221,15 @@ def _nearest_below(algorithm: GemmAlgorithm, op: GemmOp, mesh: tuple[int, int], 
 
 def step_hardware_flops(spec: StepSpec) -> float:
     """What HFU counts: the model FLOPs plus those the backward pass spends recomputing activations."""
-    extra = recompute_flops_per_block(spec.model, spec.tokens, spec.batch, str(spec.recompute), spec.attention)
+    extra = recompute_flops_per_block(spec.model, spec.tokens, spec.batch, str(spec.recompute), spec.attention,
+                                      remat_save=spec.remat_save, remat_offload=spec.remat_offload)
     return step_model_flops(spec) + extra * spec.model.layers
 
 
 def step_model_flops(spec: StepSpec) -> float:
     """Model FLOPs of a whole step (what MFU counts): every block forward and backward, no padding and no
     recomputation, plus the LM head's three GeMMs onto the unpadded vocabulary when it is included."""
-    flops = model_flops_per_block(spec.model, spec.tokens, spec.batch) * spec.model.layers
+    flops = model_flops_per_block(spec.model, spec.tokens, spec.batch, spec.attention) * spec.model.layers
     if spec.embedding:
         flops += 3.0 * spec.tokens * spec.model.lm_head_flops_per_token
     return flops

@@ -202,7 +202,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
     memory = estimate_memory(spec.model, chips, whole.batch, spec.recompute, hardware.chip.hbm_capacity,
                              spec.bytes_per_param, reserved_bytes=spec.prefetch_budget, data_parallel=data,
-                             zero_stage=spec.zero_stage, embedding=spec.embedding)
+                             zero_stage=spec.zero_stage, embedding=spec.embedding, remat_save=spec.remat_save,
+                             remat_offload=spec.remat_offload)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,

@@ -65,7 +65,7 @@ from tpusim.tuning.space import (
     mesh_candidates,
 )
 from tpusim.units import GB
-from tpusim.vocabulary import Attention, Dataflow, Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
 
 REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
@@ -86,6 +86,8 @@ class TuneSpec:
     topology: str | None = None
     prefetch: Prefetch | None = None
     recompute: Recompute = Recompute.AUTO
+    remat_save: frozenset[Activation] = frozenset()  # under recompute custom (model.remat)
+    remat_offload: frozenset[Activation] = frozenset()
     attention: Attention = Attention.UNFUSED
     prefetch_window: int = 1
     prefetch_budget: int | str | None = None
@@ -297,7 +299,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
     memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
                          hardware.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage)
+                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage,
+                         remat_save=request.remat_save, remat_offload=request.remat_offload)
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
 
@@ -326,7 +329,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                         attention=request.attention, prefetch_window=request.prefetch_window,
                         prefetch_budget=budget, bytes_per_param=request.bytes_per_param, dtype=request.dtype,
                         allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,
-                        zero_stage=request.zero_stage)
+                        zero_stage=request.zero_stage, remat_save=request.remat_save,
+                        remat_offload=request.remat_offload)
         among = [c for c in candidates if c.data == data]
         pricing = PricingContext(hardware, algorithm, GemmParams(prefetch), request.dtype, request.fidelity,
                                  pass_multiplicity(spec, among[0].mesh))
@@ -461,7 +465,8 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
     """Drop the meshes that overflow HBM (unless memory is ignored). ``plan_memory`` has already refused a step
     that fits on no mesh, with the smallest shortfall and what would fit."""
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
-                              request.bytes_per_param, reserved_bytes, c.data, request.zero_stage), c)
+                              request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
+                              (request.remat_save, request.remat_offload)), c)
                  for c in candidates]
     if request.ignore_memory:
         over = [e for e, _ in estimates if not e.feasible]
