@@ -307,6 +307,18 @@ def pod_tune_s() -> Measurement:
                                    "best_mfu": result.best.mfu})
 
 
+def validate_measurements_s() -> Measurement:
+    """``validate --measurements`` over the shipped table of measured runs: every row read, mapped to its step
+    request and simulated where tpusim supports it, cold cache."""
+    from tpusim.experiments.measurements.compare import RowStatus, compare_measurements
+
+    context = _cold()
+    begin = time.perf_counter()
+    rows = compare_measurements(context=context)
+    wall = time.perf_counter() - begin
+    return Measurement(wall, "s", {"rows": len(rows), "ok": sum(row.status is RowStatus.OK for row in rows)})
+
+
 BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
@@ -324,6 +336,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "peak_rss_mb_pod_straggler": peak_rss_mb_pod_straggler,
     "pod_step_symmetric_s": pod_step_symmetric_s,
     "pod_tune_s": pod_tune_s,
+    "validate_measurements_s": validate_measurements_s,
 }
 
 

@@ -48,6 +48,8 @@ class Limit:
 # Defaults (docs/limits.md#size-limits): a TPU v4 pod has 4096 chips and a TPU v5p pod 8960; 65536 leaves 7x
 # headroom over the largest pod. A GeMM dimension of 2**24 holds 8192 sequences of 2048 tokens (16.8M rows).
 # --verify holds about twice its operands in memory (per-chip blocks, the dense product): 256 MiB needs ~0.6 GB.
+# A measurements table has one training-step simulation per row: the shipped table has 8 rows (5 kB); 1000 rows and
+# 1 MiB leave over 100x headroom.
 LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (
     Limit("chips", 65536, "chips (of a mesh, a topology or a tuning run)"),
     Limit("chunks", 4096, "pipelined chunks per message"),
@@ -58,6 +60,8 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
     Limit("sweep_points", 100_000, "points of a sweep (grid product plus include)"),
     Limit("file_bytes", 2**20, "bytes of a YAML file"),
     Limit("yaml_nodes", 1_000_000, "YAML nodes after expanding aliases"),
+    Limit("measurement_bytes", 2**20, "bytes of a measurements CSV file"),
+    Limit("measurement_rows", 1000, "rows of a measurements CSV file"),
 )})
 
 

@@ -29,6 +29,13 @@ def test_every_data_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     assert [name for name in shipped if name not in inside] == []
 
 
+def test_the_measured_runs_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    inside = set(wheel.namelist())
+    assert {"tpusim/data/measurements/calibration.csv", "tpusim/data/measurements/README.md"} <= inside
+    assert wheel.read("tpusim/data/measurements/calibration.csv") == (DATA / "measurements" / "calibration.csv"
+                                                                      ).read_bytes()
+
+
 def test_the_wheel_has_the_entry_points_and_the_version(wheel: zipfile.ZipFile) -> None:
     inside = set(wheel.namelist())
     assert {"tpusim/__main__.py", "tpusim/cli/main.py"} <= inside

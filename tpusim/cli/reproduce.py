@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
     v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
     v.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    v.add_argument("--measurements", metavar="FILE.csv",
+                   help="only the measured training runs of this CSV file (the columns of the shipped table, "
+                        "docs/validation.md#measured-training-runs), each simulated; informational, never exit 3")
     v.set_defaults(handler=validate)
 
 
@@ -50,12 +53,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def validate(args: argparse.Namespace) -> int:
+    from tpusim.config.loader import display_path
+    from tpusim.experiments.measurements.compare import compare_measurements, comparison_text, measurements_payload
+    from tpusim.experiments.measurements.table import SHIPPED_TABLE
     from tpusim.experiments.validation import run_validation
 
+    table = args.measurements if args.measurements is not None else SHIPPED_TABLE
+    # the table is read (and a bad file refused) before anything is simulated
+    measured = compare_measurements(table, args.context)
+    shown = display_path(table) if args.measurements is not None else "tpusim/data/measurements/calibration.csv"
+    if args.measurements is not None:
+        if args.json:
+            emit_json(measurements_payload(measured, shown))
+        else:
+            print(comparison_text(measured, shown))
+        return 0
+    # the measured runs have no tolerance yet: they are reported, and never count as a failed check
     results = run_validation()
     failed = [c for c in results if not c.ok]
     if args.json:
-        emit_json({"checks": [c.to_dict() for c in results], "failed": len(failed)})
+        emit_json({"checks": [c.to_dict() for c in results], "failed": len(failed),
+                   "measured_runs": measurements_payload(measured, shown)})
     else:
         width = max(len(c.quantity) for c in results)
         print(f"{'quantity':<{width}}  {'reference':>12}  {'simulated':>12}  {'delta':>10}  {'tolerance':>9}")
@@ -69,6 +87,8 @@ def validate(args: argparse.Namespace) -> int:
             print(f"{group}: {len(rows)} checks, mean |delta| {100 * sum(deltas) / len(deltas):.5f}%, "
                   f"max |delta| {100 * max(deltas):.5f}%, {sum(not c.within for c in rows)} over tolerance "
                   f"({sum(not c.ok for c in rows)} unexplained; times in us)")
+        print()
+        print(comparison_text(measured, shown))
     if failed:
         raise ValidationFailed(f"{len(failed)} validation check(s) exceeded their tolerance: "
                                + "; ".join(c.quantity for c in failed[:3]))

@@ -36,6 +36,7 @@ __all__ = [
     "display_path",
     "load_yaml",
     "problem",
+    "read_bounded_text",
     "validate",
 ]
 
@@ -250,9 +251,9 @@ def load_yaml(path: Path | str, what: str = "YAML", shown: str | None = None) ->
         raise ConfigError(f"{shown}: YAML syntax error: {exc}") from None
 
 
-def _read_text(path: Path, what: str, shown: str) -> str:
-    """The file's text, read only if it is a regular file within the ``file_bytes`` limit: ``/dev/zero`` would
-    never end and a FIFO would block, so neither is read."""
+def _read_text(path: Path, what: str, shown: str, valid: str = "a YAML file", limit: str = "file_bytes") -> str:
+    """The file's text, read only if it is a regular file within the size limit ``limit``: ``/dev/zero`` would
+    never end and a FIFO would block, so neither is read. ``valid`` says what the file should have been."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -262,19 +263,25 @@ def _read_text(path: Path, what: str, shown: str) -> str:
     if not stat.S_ISREG(mode):
         os.close(descriptor)
         reason = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
-        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}; valid: a YAML file")
+        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}; valid: {valid}")
     with os.fdopen(descriptor, "rb") as handle:
         try:
-            data = handle.read(limit_of("file_bytes") + 1)
+            data = handle.read(limit_of(limit) + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read {what} file {shown!r}: {exc.strerror or exc}") from None
-    too_many = exceeds("file_bytes", len(data))
+    too_many = exceeds(limit, len(data))
     if too_many is not None:
         raise LimitError(f"{what} file {shown!r} is larger than the limit: its size {too_many}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"cannot read {what} file {shown!r}: not UTF-8 text") from None
+
+
+def read_bounded_text(path: Path | str, what: str, valid: str, limit: str) -> str:
+    """The UTF-8 text of a regular file within the size limit ``limit`` (tpusim.limits), read as YAML files are,
+    for files of other formats; ``what`` names the kind of file in errors and ``valid`` what it should be."""
+    return _read_text(Path(path), what, display_path(path), valid, limit)
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
