@@ -11,6 +11,7 @@ from tpusim.cli.main import main
 from tpusim.config import TransformerModel
 from tpusim.config.layout import NamedLayout, layout_name, parse_layout
 from tpusim.errors import UserError
+from tpusim.model.memory import layout_state_bytes_per_param
 
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
                         ffn=2048, sequence=64)
@@ -110,3 +111,35 @@ def test_bad_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [message]
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def _state_formula(bpp: float, fsdp: int, data: int, stage: int) -> float:
+    """Weights (2 B), gradients (2 B) and optimizer state (the rest): all sharded over fsdp, then over data as
+    far as the ZeRO stage says (written out term by term, independently of the module)."""
+    weights = 2 / fsdp / (data if stage >= 3 else 1)
+    gradients = 2 / fsdp / (data if stage >= 2 else 1)
+    optimizer = (bpp - 4) / fsdp / (data if stage >= 1 else 1)
+    return weights + gradients + optimizer
+
+
+@pytest.mark.parametrize("fsdp, data, stage", [(1, 1, 1), (16, 1, 1), (1, 8, 0), (1, 8, 1), (1, 8, 2), (1, 8, 3),
+                                               (4, 2, 0), (4, 2, 1), (256, 2, 2), (64, 4, 3)])
+def test_layout_model_state_per_chip_follows_the_axes(fsdp: int, data: int, stage: int) -> None:
+    assert layout_state_bytes_per_param(16.0, fsdp, data, stage) == pytest.approx(
+        _state_formula(16.0, fsdp, data, stage), rel=1e-12)
+
+
+@pytest.mark.parametrize("layout, stage", [("fsdp=4,tensor=4x4", 3), ("data=4,tensor=4x4", 0),
+                                           ("data=4,tensor=4x4", 2), ("tensor=8x8", 1)])
+def test_a_layout_steps_memory_is_the_formula(layout: str, stage: int) -> None:
+    fields = {**COMMON, "layout": layout} | ({"zero_stage": stage} if "data" in layout else {})
+    result = tp.step(**fields)
+    named = parse_layout(layout)
+    tensor = named.rows * named.cols
+    state = TINY.params_per_layer * TINY.layers * _state_formula(16.0, named.fsdp, named.data, stage) / tensor
+    s, b, h, a = TINY.sequence, 64 // named.replicas, TINY.hidden, TINY.heads
+    activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / tensor  # recompute none (memory ignored)
+    assert result.memory_bytes_per_chip == pytest.approx(state + activations, rel=1e-12)
