@@ -338,7 +338,9 @@ class Scale(FrozenModel):
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
     ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
     a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate,
-    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free).
+    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free); ``dcn`` the
+    host bandwidth of the data-centre network between slices (``alpha`` and ``lambda`` also scale its launch
+    overhead and latency).
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -353,6 +355,8 @@ class Scale(FrozenModel):
     vector: Positive = Field(default=1.0, description="factor on the vector units' elementwise rate (0.5: slower)")
     dma: NonNegative = Field(default=1.0, description="factor on the HBM traffic charged for collective DMA "
                              "(0: no HBM contention; 2: slower compute under communication)")
+    dcn: Positive = Field(default=1.0, description="factor on the data-centre network's host bandwidth between "
+                          "slices (0.5: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 
