@@ -21,6 +21,7 @@ __all__ = [
     "CalibratedProfile",
     "Calibration",
     "ChipSpec",
+    "DcnSpec",
     "HardwareProfile",
     "IciSpec",
     "LaunchOverheads",
@@ -148,6 +149,20 @@ class IciSpec(FrozenModel):
         return value
 
 
+class DcnSpec(FrozenModel):
+    """The data-centre network that joins slices: each host's network links, shared by its chips
+    (docs/network.md#dcn)."""
+
+    host_bandwidth: BytesPerSecond
+    """One direction of one host's network interfaces together, B/s (a host sends and receives this much at once)."""
+    chips_per_host: Count
+    """Chips that share one host's network links."""
+    latency: Seconds
+    """Per transfer, from leaving the sender's link to arriving (pipelined: it holds no link)."""
+    launch_overhead: Seconds = 0.0
+    """Per DCN collective, holding no link."""
+
+
 class OpCalibration(FrozenModel):
     """Fitted constants of one collective kind: T = alpha + (n - 1) * (s / beta[axis] + lambda)."""
 
@@ -273,6 +288,8 @@ class PhysicalProfile(HardwareProfile):
     """How collectives run over a logical axis laid on several physical axes."""
     slices: SliceRules | None = None
     """The slices a bare ``AxBxC`` topology names and the default slice per chip count; None: TPUv4's."""
+    dcn: DcnSpec | None = None
+    """The data-centre network between slices; None: the profile runs one slice only."""
 
     @property
     def multi_axis_shown(self) -> str | None:

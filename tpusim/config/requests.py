@@ -24,6 +24,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from tpusim.config.hardware import HardwareProfile
+from tpusim.config.layout import FSDP_ZERO_STAGE, parse_layout
 from tpusim.config.loader import FrozenModel, Problem, first_error, problem, render_problem
 from tpusim.config.model import TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError, UnknownNameError, UserError, closest
@@ -362,7 +363,9 @@ class Scale(FrozenModel):
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
     ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
     a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate,
-    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free).
+    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free); ``dcn`` the
+    host bandwidth of the data-centre network between slices (``alpha`` and ``lambda`` also scale its launch
+    overhead and latency).
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -377,6 +380,8 @@ class Scale(FrozenModel):
     vector: Positive = Field(default=1.0, description="factor on the vector units' elementwise rate (0.5: slower)")
     dma: NonNegative = Field(default=1.0, description="factor on the HBM traffic charged for collective DMA "
                              "(0: no HBM contention; 2: slower compute under communication)")
+    dcn: Positive = Field(default=1.0, description="factor on the data-centre network's host bandwidth between "
+                          "slices (0.5: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 
@@ -503,6 +508,12 @@ class StepRequest(_Algorithm):
 
     kind: Literal["step"] = "step"
     model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
+    # not required here: a named layout may give the mesh instead; _layout_into_mesh guarantees one of them, so
+    # after validation the mesh is always text
+    mesh: Mesh = Field(None, description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d), "
+                       "or DxRxC for D data-parallel replicas; give this or layout")  # type: ignore[assignment]
+    layout: str | None = Field(None, description="named layout instead of mesh: name=value,... with data, fsdp "
+                               "(ZeRO 3 replicas), tensor (T or RxC), e.g. 'fsdp=16,tensor=8'")
     slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_limited("slices")))] = Field(
         None, description="MeshSlice K: one for all four FF layers, or K1,K2,K3,K4 (default: the fastest per layer)")
     dataflows: Annotated[DataflowName | list[DataflowName] | None,
@@ -537,6 +548,50 @@ class StepRequest(_Algorithm):
                                   "use)")
     data_axes: str | None = Field(None, description="physical axes of the data axis, e.g. 'z' or 'y*z' (default: "
                                   "chosen by the layout rules)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout_into_mesh(cls, values: Any) -> Any:
+        """A named layout is its D x R x C mesh (fsdp: at ZeRO 3); exactly one of ``mesh`` and ``layout``."""
+        if not isinstance(values, dict):
+            return values
+        text = values.get("layout")
+        if text is None:
+            if values.get("mesh") is None:
+                raise problem("one of mesh and layout is required (e.g. mesh '16x16' or layout 'fsdp=16,tensor=8')",
+                              style=Problem.PLAIN)
+            return values
+        if values.get("mesh") is not None:
+            raise problem(f"mesh {values['mesh']!r} and layout {text!r} both given; give exactly one of them",
+                          style=Problem.PLAIN)
+        if values.get("dp") is not None:
+            raise problem(f"dp and layout {text!r} both given; the layout names the data-parallel axes",
+                          style=Problem.PLAIN)
+        if not isinstance(text, str):
+            raise problem(f"layout {text!r} is not text; valid: name=value,... e.g. 'fsdp=16,tensor=8'",
+                          style=Problem.PLAIN)
+        try:
+            layout = parse_layout(text)
+        except UserError as error:
+            raise problem(error.message, style=Problem.PLAIN) from None
+        if layout.data > 1 and layout.fsdp > 1:
+            raise problem(f"layout {layout.name!r} has both data and fsdp above 1 on ICI, which is not supported "
+                          "(one data-parallel axis per slice); use one of them", style=Problem.PLAIN)
+        if layout.slices > 1:
+            raise problem(f"layout {layout.name!r} has DCN axes (dcn_data, dcn_fsdp) above 1, which step does not "
+                          "simulate; use ICI axes only (dcn_data=1, dcn_fsdp=1)", style=Problem.PLAIN)
+        chips = values.get("chips")
+        if chips is not None and str(chips).strip().isdigit() and int(str(chips).strip()) != layout.chips:
+            raise problem(f"layout {layout.name!r} has {layout.chips} chips but chips is {int(str(chips).strip())}; "
+                          f"valid: a layout whose sizes multiply to {int(str(chips).strip())}", style=Problem.PLAIN)
+        values = {**values, "mesh": layout.mesh, "layout": layout.name}
+        if layout.fsdp > 1:
+            stage = values.get("zero_stage")
+            if stage is not None and _zero_stage(stage) != FSDP_ZERO_STAGE:
+                raise problem(f"zero_stage {stage} disagrees with layout {layout.name!r}, whose fsdp axis is ZeRO "
+                              f"stage {FSDP_ZERO_STAGE}; drop zero_stage or use data=", style=Problem.PLAIN)
+            values["zero_stage"] = FSDP_ZERO_STAGE
+        return values
 
     @model_validator(mode="before")
     @classmethod

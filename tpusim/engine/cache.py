@@ -28,7 +28,7 @@ from tpusim.engine.result import bad_number
 from tpusim.errors import OutputPathError
 
 _MEMORY_ENTRIES = 4096
-_FORMAT = 2
+_FORMAT = 3  # 3: step results carry named_layout, so older entries no longer make a result
 
 
 def _default(value: Any) -> Any:

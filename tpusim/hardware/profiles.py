@@ -131,13 +131,16 @@ def scaled_profile(
     op: float = 1.0,
     vector: float = 1.0,
     dma: float = 1.0,
+    dcn: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
     ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
     every lambda, ``overhead`` every launch overhead and alpha, ``flops`` the peak FLOP/s used for timing,
     ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op,
-    ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA.
+    ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA,
+    ``dcn`` the data-centre network's host bandwidth (whose latency and launch overhead ``latency`` and
+    ``overhead`` scale too).
     HBM and the informational peak are untouched. The name records the factors, e.g.
     ``meshslice-sim[beta*0.5]``.
     """
@@ -149,8 +152,9 @@ def scaled_profile(
     _check_factor("op", op, allow_zero=True)
     _check_factor("vector", vector, allow_zero=False)
     _check_factor("dma", dma, allow_zero=True)
+    _check_factor("dcn", dcn, allow_zero=False)
     factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op,
-               "vector": vector, "dma": dma}
+               "vector": vector, "dma": dma, "dcn": dcn}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
@@ -163,6 +167,8 @@ def scaled_profile(
     if dma != 1.0 and not profile.chip.dma_hbm_traffic:
         raise ConfigError(f"scale factor dma={dma:g} needs HBM contention; {profile.name!r} charges no DMA traffic "
                           "to HBM (chip.dma_hbm_traffic is 0)")
+    if dcn != 1.0 and (not isinstance(profile, PhysicalProfile) or profile.dcn is None):
+        raise ConfigError(f"scale factor dcn={dcn:g} needs a data-centre network; {profile.name!r} has no dcn block")
     rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
     int8 = profile.chip.int8_peak_ops * flops if profile.chip.int8_peak_ops is not None else None
     chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops, "int8_peak_ops": int8,
@@ -179,6 +185,10 @@ def scaled_profile(
                 "step_overhead": profile.ici.step_overhead * step,
             }
         )
+        if profile.dcn is not None:
+            update["dcn"] = profile.dcn.model_copy(update={
+                "host_bandwidth": profile.dcn.host_bandwidth * dcn, "latency": profile.dcn.latency * latency,
+                "launch_overhead": profile.dcn.launch_overhead * overhead})
     elif isinstance(profile, CalibratedProfile):
         cal = profile.calibration
         update["calibration"] = cal.model_copy(

@@ -108,6 +108,17 @@ def stored_bytes_per_token(model: TransformerModel) -> int:
     return 2 * 2 * h + attention + mlp
 
 
+def layout_state_bytes_per_param(bytes_per_param: float, fsdp: int, data: int, zero_stage: int) -> float:
+    """Bytes of model state per parameter of a tensor-parallel shard in a named layout: ``fsdp`` chips (every fsdp
+    axis, ICI and DCN, multiplied) shard weights, gradients and optimizer state alike, and ``data`` chips (every
+    data axis) shard them further as ZeRO ``zero_stage`` says (docs/workloads.md#layouts). fsdp = 1 is
+    ``state_bytes_per_param`` over the data axes; data = 1 is ZeRO 3 over the fsdp axes."""
+    if fsdp == 1 and data == 1:
+        return bytes_per_param
+    # stage 0 over one chip is the whole state, after the check that bytes_per_param covers weights and gradients
+    return state_bytes_per_param(bytes_per_param, data, zero_stage if data > 1 else 0) / fsdp
+
+
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,

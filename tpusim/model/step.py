@@ -19,6 +19,7 @@ import numpy as np
 from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network, network_for
 from tpusim.config import HardwareProfile
+from tpusim.config.layout import layout_name
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
@@ -66,6 +67,7 @@ class StepResult(ResultMixin):
     data_parallel: int
     zero_stage: int | None
     layout: str
+    named_layout: str
     chips: int
     batch: int
     microbatches: int
@@ -209,7 +211,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
         data_parallel=data, zero_stage=spec.zero_stage if data > 1 else None, layout=mapping.layout,
-        chips=chips, batch=whole.batch, microbatches=1, layers=total_layers,
+        named_layout=layout_name(data, mesh[0], mesh[1], spec.zero_stage), chips=chips, batch=whole.batch,
+        microbatches=1, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),

@@ -1,0 +1,145 @@
+"""Named layouts (``layout``: data, fsdp, tensor): a layout is its D x R x C mesh, fsdp at ZeRO 3 and data at the
+request's stage (the result dictionaries are equal), its canonical name is reported, and bad layouts are one line
+with exit 2 (docs/workloads.md#layouts)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tpusim.api as tp
+from tpusim.cli.main import main
+from tpusim.config import TransformerModel
+from tpusim.config.layout import NamedLayout, layout_name, parse_layout
+from tpusim.errors import UserError
+from tpusim.model.memory import layout_state_bytes_per_param
+
+TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
+                        ffn=2048, sequence=64)
+COMMON = {"model": TINY, "hardware": "tpuv4", "topology": "4x4x4", "algorithm": "summa", "batch": 64,
+          "ignore_memory": True}
+
+
+@pytest.mark.parametrize("text, expected, name", [
+    ("fsdp=16,tensor=8", NamedLayout(fsdp=16, rows=8, cols=1), "fsdp=16,tensor=8x1"),
+    ("fsdp=256", NamedLayout(fsdp=256), "fsdp=256,tensor=1x1"),
+    ("tensor=4x16, data=4", NamedLayout(data=4, rows=4, cols=16), "data=4,tensor=4x16"),
+    ("dcn_data=2,fsdp=256,tensor=12", NamedLayout(dcn_data=2, fsdp=256, rows=12, cols=1),
+     "dcn_data=2,fsdp=256,tensor=12x1"),
+    ("DCN_FSDP=3,data=1,tensor=2x2", NamedLayout(dcn_fsdp=3, rows=2, cols=2), "dcn_fsdp=3,tensor=2x2"),
+])
+def test_layouts_parse_to_their_axes_and_canonical_name(text: str, expected: NamedLayout, name: str) -> None:
+    layout = parse_layout(text)
+    assert layout == expected
+    assert layout.name == name
+    assert layout.chips == (expected.dcn_data * expected.dcn_fsdp * expected.data * expected.fsdp * expected.rows
+                            * expected.cols)
+
+
+def test_a_mesh_is_named_by_its_zero_stage() -> None:
+    assert [layout_name(4, 4, 4, stage) for stage in (0, 1, 2, 3)] == ["data=4,tensor=4x4"] * 3 + [
+        "fsdp=4,tensor=4x4"]
+    assert layout_name(1, 16, 8, 3) == "tensor=16x8"
+
+
+@pytest.mark.parametrize("tensor", ["4x4", "16"])
+def test_fsdp_is_the_data_axis_at_zero_stage_3(tensor: str) -> None:
+    rows, cols = [*tensor.split("x"), "1"][:2]
+    named = tp.step(layout=f"fsdp=4,tensor={tensor}", **COMMON).to_dict()
+    mesh = tp.step(mesh=f"4x{rows}x{cols}", zero_stage=3, **COMMON).to_dict()
+    assert named == mesh
+    assert (named["named_layout"], named["layout"], named["zero_stage"]) == (
+        f"fsdp=4,tensor={rows}x{cols}", f"4x{rows}x{cols}", 3)
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_data_is_the_data_axis_at_the_requests_zero_stage(stage: int) -> None:
+    named = tp.step(layout="data=4,tensor=4x4", zero_stage=stage, **COMMON).to_dict()
+    assert named == tp.step(mesh="4x4x4", zero_stage=stage, **COMMON).to_dict()
+    assert (named["named_layout"], named["zero_stage"], named["data_parallel"]) == ("data=4,tensor=4x4", stage, 4)
+
+
+def test_a_tensor_only_layout_is_the_plain_mesh() -> None:
+    named = tp.step(layout="tensor=8x8", **COMMON).to_dict()
+    assert named == tp.step(mesh="8x8", **COMMON).to_dict()
+    assert (named["named_layout"], named["data_parallel"], named["zero_stage"]) == ("tensor=8x8", 1, None)
+
+
+def test_the_default_stage_of_a_data_layout_is_the_requests_default() -> None:
+    assert tp.step(layout="data=4,tensor=4x4", **COMMON).zero_stage == 1
+
+
+def test_bad_layouts_raise_user_errors() -> None:
+    with pytest.raises(UserError, match="names fsdp twice"):
+        parse_layout("fsdp=2,fsdp=4")
+
+
+STEP = ["step", "--model", "gpt3-175b", "--hardware", "tpuv4"]
+VALID = ("valid: comma-separated name=value with names dcn_data, dcn_fsdp, data, fsdp, tensor (tensor=T for a T x 1 "
+         "mesh or tensor=RxC), each value a whole number >= 1, e.g. 'fsdp=16,tensor=8'")
+CASES = {
+    "an unknown axis": ([*STEP, "--layout", "pipeline=4,tensor=64"],
+                        f"layout 'pipeline=4,tensor=64': 'pipeline=4' is not name=value with a known name; {VALID}"),
+    "a zero size": ([*STEP, "--layout", "fsdp=0,tensor=64"],
+                    f"layout 'fsdp=0,tensor=64': fsdp='0' is not a whole number >= 1; {VALID}"),
+    "a bad tensor": ([*STEP, "--layout", "fsdp=4,tensor=8y8"],
+                     f"layout 'fsdp=4,tensor=8y8': tensor='8y8' is not T or RxC; {VALID}"),
+    "mesh and layout": ([*STEP, "--mesh", "4x4x4", "--layout", "fsdp=4,tensor=4x4"],
+                        "mesh '4x4x4' and layout 'fsdp=4,tensor=4x4' both given; give exactly one of them"),
+    "neither mesh nor layout": (STEP, "one of mesh and layout is required (e.g. mesh '16x16' or layout "
+                                      "'fsdp=16,tensor=8')"),
+    "dp and layout": ([*STEP, "--dp", "4", "--layout", "fsdp=4,tensor=4x4"],
+                      "dp and layout 'fsdp=4,tensor=4x4' both given; the layout names the data-parallel axes"),
+    "data and fsdp on ICI": ([*STEP, "--layout", "data=2,fsdp=4,tensor=8"],
+                             "layout 'data=2,fsdp=4,tensor=8x1' has both data and fsdp above 1 on ICI, which is not "
+                             "supported (one data-parallel axis per slice); use one of them"),
+    "a zero stage against fsdp": ([*STEP, "--layout", "fsdp=4,tensor=4x4", "--zero-stage", "1"],
+                                  "zero_stage 1 disagrees with layout 'fsdp=4,tensor=4x4', whose fsdp axis is ZeRO "
+                                  "stage 3; drop zero_stage or use data="),
+    "the product against --chips": ([*STEP, "--layout", "fsdp=4,tensor=4x4", "--chips", "128"],
+                                    "layout 'fsdp=4,tensor=4x4' has 64 chips but chips is 128; valid: a layout whose "
+                                    "sizes multiply to 128"),
+    "the product against the topology": ([*STEP, "--topology", "4x4x4", "--layout", "fsdp=2,tensor=4x4"],
+                                         "layout 2x4x4 has 32 chips but topology 'tpuv4:4x4x4' has 64; choose D x R x "
+                                         "C = 64"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    argv, message = CASES[name]
+    assert main([*argv, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [message]
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def _state_formula(bpp: float, fsdp: int, data: int, stage: int) -> float:
+    """Weights (2 B), gradients (2 B) and optimizer state (the rest): all sharded over fsdp, then over data as
+    far as the ZeRO stage says (written out term by term, independently of the module)."""
+    weights = 2 / fsdp / (data if stage >= 3 else 1)
+    gradients = 2 / fsdp / (data if stage >= 2 else 1)
+    optimizer = (bpp - 4) / fsdp / (data if stage >= 1 else 1)
+    return weights + gradients + optimizer
+
+
+@pytest.mark.parametrize("fsdp, data, stage", [(1, 1, 1), (16, 1, 1), (1, 8, 0), (1, 8, 1), (1, 8, 2), (1, 8, 3),
+                                               (4, 2, 0), (4, 2, 1), (256, 2, 2), (64, 4, 3)])
+def test_layout_model_state_per_chip_follows_the_axes(fsdp: int, data: int, stage: int) -> None:
+    assert layout_state_bytes_per_param(16.0, fsdp, data, stage) == pytest.approx(
+        _state_formula(16.0, fsdp, data, stage), rel=1e-12)
+
+
+@pytest.mark.parametrize("layout, stage", [("fsdp=4,tensor=4x4", 3), ("data=4,tensor=4x4", 0),
+                                           ("data=4,tensor=4x4", 2), ("tensor=8x8", 1)])
+def test_a_layout_steps_memory_is_the_formula(layout: str, stage: int) -> None:
+    fields = {**COMMON, "layout": layout} | ({"zero_stage": stage} if "data" in layout else {})
+    result = tp.step(**fields)
+    named = parse_layout(layout)
+    tensor = named.rows * named.cols
+    state = TINY.params_per_layer * TINY.layers * _state_formula(16.0, named.fsdp, named.data, stage) / tensor
+    s, b, h, a = TINY.sequence, 64 // named.replicas, TINY.hidden, TINY.heads
+    activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / tensor  # recompute none (memory ignored)
+    assert result.memory_bytes_per_chip == pytest.approx(state + activations, rel=1e-12)

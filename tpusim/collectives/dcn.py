@@ -1,0 +1,112 @@
+"""Collectives across slices over the data-centre network (DCN): host links as SimPy resources, and their twins.
+
+S slices of one generation, each an identical ICI slice, are joined by the DCN (docs/network.md#dcn). Each host
+has one egress and one ingress link resource (the profile's ``dcn.host_bandwidth`` each way), shared by its
+``dcn.chips_per_host`` chips; the fabric between hosts is ASSUMED non-blocking, so a transfer is limited by its
+sender's egress and its receiver's ingress only, and holds both for ``bytes / host_bandwidth`` (first come, first
+served), then arrives ``dcn.latency`` later without holding either.
+
+Every slice runs the same program, so one slice is simulated. The DCN peer of a chip is the same chip of the next
+slice (a ring over the S slices); the host that chip sits on receives, at every moment, exactly the traffic this
+slice's host of the same index receives, because the previous slice sends it at the same times. So a transfer to
+the next slice holds this slice's host egress, and the transfer arriving from the previous slice this slice's host
+ingress, for the same span: exact by symmetry. Slow chips or links (which break the symmetry) are not combined with
+DCN axes.
+
+Ring collectives over the S slices of a tensor of ``nbytes`` per chip (the whole tensor of one group):
+reduce-scatter and all-gather take S - 1 steps of nbytes / S, all-reduce 2 (S - 1) (reduce-scatter then
+all-gather). Reductions cost no time here (they run at HBM rate on the chip, far above a host's share of the DCN).
+With h chips of a host in step together, each step's h transfers serialise on the host's links: the closed form
+(``dcn_twin``) is launch + h d + (k - 1) max(h d, d + latency) + latency for k steps of d = (nbytes / S) /
+host_bandwidth: the first step ends when the host has sent all h chunks, and each later step is paced by the
+host's links (h d) or by one chip's own chunk and its latency (d + latency), whichever is longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import simpy
+
+from tpusim.config import DcnSpec
+from tpusim.errors import UserError
+from tpusim.vocabulary import CollectiveOp
+
+__all__ = ["DCN_OPS", "DcnRun", "dcn_steps", "dcn_twin", "simulate_dcn"]
+
+DCN_OPS = (CollectiveOp.ALL_REDUCE, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_GATHER)
+"""The collectives that run across slices (data-parallel gradients and fsdp weights)."""
+
+
+def dcn_steps(op: CollectiveOp, slices: int) -> int:
+    """Ring steps of ``op`` over ``slices`` slices: S - 1, or 2 (S - 1) for an all-reduce."""
+    if op not in DCN_OPS:
+        raise UserError(f"collective {op} does not run over DCN; valid: {', '.join(str(o) for o in DCN_OPS)}")
+    if slices < 1:
+        raise UserError(f"a DCN collective needs at least 1 slice, not {slices}")
+    return (2 if op is CollectiveOp.ALL_REDUCE else 1) * (slices - 1)
+
+
+def dcn_twin(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chips_per_host: int | None = None) -> float:
+    """The uncontended time of ``op`` on a tensor of ``nbytes`` over ``slices`` slices, every chip of each host
+    taking part at once (``chips_per_host``, default the profile's); see the module docstring."""
+    steps = dcn_steps(op, slices)
+    if steps == 0:
+        return 0.0
+    h = dcn.chips_per_host if chips_per_host is None else chips_per_host
+    chunk = nbytes / slices / dcn.host_bandwidth
+    return (dcn.launch_overhead + h * chunk + (steps - 1) * max(h * chunk, chunk + dcn.latency)
+            + dcn.latency)
+
+
+@dataclass(frozen=True)
+class DcnRun:
+    """A simulated DCN collective: when each chip's data was complete, and the host links' busy seconds."""
+
+    done_s: tuple[float, ...]
+    egress_busy_s: tuple[float, ...]
+    ingress_busy_s: tuple[float, ...]
+
+    @property
+    def elapsed_s(self) -> float:
+        """When the last chip's data was complete."""
+        return max(self.done_s, default=0.0)
+
+
+def simulate_dcn(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chips: int,
+                 chips_per_host: int | None = None) -> DcnRun:
+    """Run ``op`` over ``slices`` slices for ``chips`` chips of one slice (hosts of ``chips_per_host`` chips,
+    default the profile's), every chip starting at time 0, as a SimPy simulation of the host links."""
+    steps = dcn_steps(op, slices)
+    h = dcn.chips_per_host if chips_per_host is None else chips_per_host
+    if chips < 1 or chips % h:
+        raise UserError(f"{chips} chips do not fill whole hosts of {h} chips; valid: a multiple of {h}")
+    env = simpy.Environment()
+    hosts = chips // h
+    egress = [simpy.Resource(env, capacity=1) for _ in range(hosts)]
+    ingress = [simpy.Resource(env, capacity=1) for _ in range(hosts)]
+    busy_out, busy_in = [0.0] * hosts, [0.0] * hosts
+    done = [0.0] * chips
+    hold = nbytes / slices / dcn.host_bandwidth if slices else 0.0
+
+    def chip(index: int) -> Generator[simpy.Event, object, None]:
+        host = index // h
+        if steps:
+            yield env.timeout(dcn.launch_overhead)
+        for _ in range(steps):
+            # to the same chip of the next slice: this host's egress; from the previous slice: this host's
+            # ingress, loaded identically (the symmetry of the module docstring)
+            with egress[host].request() as sending, ingress[host].request() as receiving:
+                yield sending
+                yield receiving
+                yield env.timeout(hold)
+                busy_out[host] += hold
+                busy_in[host] += hold
+            yield env.timeout(dcn.latency)
+        done[index] = env.now
+
+    for index in range(chips):
+        env.process(chip(index))
+    env.run()
+    return DcnRun(tuple(done), tuple(busy_out), tuple(busy_in))
