@@ -45,7 +45,6 @@ def row_request(run: MeasuredRun) -> RowRequest:
         "batch": run.global_batch_sequences,
         "layout": layout_of(run),
         "algorithm": "tp1d",
-        "zero_stage": 0,
         **recompute,
         "attention": _attention(run.attention),
         "precision": run.matmul_dtype.split(" ", 1)[0],
@@ -53,6 +52,8 @@ def row_request(run: MeasuredRun) -> RowRequest:
         "optimizer": True,
         "fidelity": "auto",
     }
+    if run.ici_data * run.dcn_data > 1:  # MaxText replicates parameters and optimizer state over its data axes
+        fields["zero_stage"] = 0
     return RowRequest(fields, recompute_notes)
 
 
