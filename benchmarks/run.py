@@ -307,6 +307,16 @@ def pod_tune_s() -> Measurement:
                                    "best_mfu": result.best.mfu})
 
 
+def step_405b_512_symmetric_s() -> Measurement:
+    """Llama 3.1 405B step on 512 TPU v5p chips (8x8x8) as fsdp 64 x tensor 8 (Megatron 1D), batch 512, full
+    recomputation, fused causal attention, embedding and optimizer, fidelity symmetric, cold cache."""
+    wall, result = _timed_cold(tp.step, model="llama3.1-405b", hardware="tpuv5p", layout="fsdp=64,tensor=8",
+                               algorithm="tp1d", batch=512, recompute="full", attention="fused-causal",
+                               embedding=True, optimizer=True, fidelity="symmetric")
+    return Measurement(wall, "s", {"simulated_s": result.step_time_s, "fidelity": result.fidelity,
+                                   "memory_gb": result.memory_bytes_per_chip / 1e9})
+
+
 def validate_measurements_s() -> Measurement:
     """``validate --measurements`` over the shipped table of measured runs: every row read, mapped to its step
     request and simulated where tpusim supports it, cold cache."""
@@ -336,6 +346,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "peak_rss_mb_pod_straggler": peak_rss_mb_pod_straggler,
     "pod_step_symmetric_s": pod_step_symmetric_s,
     "pod_tune_s": pod_tune_s,
+    "step_405b_512_symmetric_s": step_405b_512_symmetric_s,
     "validate_measurements_s": validate_measurements_s,
 }
 
