@@ -22,6 +22,7 @@ __all__ = [
     "Calibration",
     "ChipSpec",
     "HardwareProfile",
+    "HostSpec",
     "IciSpec",
     "LaunchOverheads",
     "OpCalibration",
@@ -146,6 +147,14 @@ class IciSpec(FrozenModel):
             raise ValueError(f"{value} exceeds the limit of {limit} pipelined chunks per message; valid: up to "
                              f"{limit} (raise it with TPUSIM_LIMITS_CHUNKS=N, see docs/limits.md)")
         return value
+
+
+class HostSpec(FrozenModel):
+    """The link between a chip and its host's memory, over which activations are offloaded
+    (docs/hardware-profiles.md#host-link)."""
+
+    link_bandwidth: BytesPerSecond
+    """One direction of one chip's host link (PCIe), in B/s; the other direction carries as much again."""
 
 
 class OpCalibration(FrozenModel):
@@ -273,6 +282,8 @@ class PhysicalProfile(HardwareProfile):
     """How collectives run over a logical axis laid on several physical axes."""
     slices: SliceRules | None = None
     """The slices a bare ``AxBxC`` topology names and the default slice per chip count; None: TPUv4's."""
+    host: HostSpec | None = None
+    """Each chip's link to host memory; None: the profile models no host, and offload is refused."""
 
     @property
     def multi_axis_shown(self) -> str | None:
