@@ -4,14 +4,15 @@ a hand-computed figure, offload against saving in HBM, the memory estimate and t
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tpusim import api
 from tpusim.collectives.network import place_mesh
-from tpusim.config import PhysicalProfile, TransformerModel
+from tpusim.config import HostSpec, PhysicalProfile, TransformerModel
 from tpusim.engine.host import HostDirection, HostLinks
-from tpusim.errors import ConfigError, InfeasibleError
+from tpusim.errors import InfeasibleError
 from tpusim.hardware import load_hardware
 from tpusim.hardware.profiles import scaled_profile
 from tpusim.model.memory import estimate_memory
@@ -38,6 +39,13 @@ def _host(hardware: object) -> float:
     return hardware.host.link_bandwidth
 
 
+def _with_host(hardware: object, factor: float, dma: float = 1.0) -> PhysicalProfile:
+    """``hardware`` with its host link ``factor`` times as fast (and its DMA's HBM traffic scaled by ``dma``)."""
+    scaled = scaled_profile(hardware, dma=dma)  # type: ignore[arg-type]
+    assert isinstance(scaled, PhysicalProfile)
+    return scaled.model_copy(update={"host": HostSpec(link_bandwidth=_host(scaled) * factor)})
+
+
 def _host_s(result: StepResult) -> tuple[float, float, float]:
     moved = result.switches["host_transfer_s"]
     return moved["to_host"], moved["from_host"], result.switches["host_wait_s"]
@@ -53,15 +61,16 @@ def test_the_host_link_queues_copies_first_come_first_served_each_way() -> None:
     assert links.busy(5, HostDirection.FROM_HOST) == 0.0
 
 
-def test_the_physical_profiles_have_a_host_link_and_the_calibrated_ones_none() -> None:
+def test_the_physical_profiles_have_a_host_link_and_the_calibrated_ones_none(tmp_path: Path) -> None:
     assert {name: _host(load_hardware(name)) for name in ("tpuv4", "tpuv4-wire", "tpuv5e", "tpuv5p", "tpuv6e")} == {
         "tpuv4": 15.75e9, "tpuv4-wire": 15.75e9, "tpuv5e": 31.5e9, "tpuv5p": 31.5e9, "tpuv6e": 63e9}
     for name in ("meshslice-sim", "meshslice-tpu-fit"):
         assert not isinstance(load_hardware(name), PhysicalProfile)
-    assert _host(scaled_profile(load_hardware("tpuv4"), host=0.5)) == 15.75e9 / 2
-    with pytest.raises(ConfigError) as caught:
-        scaled_profile(load_hardware("meshslice-sim"), host=0.5)
-    assert caught.value.message == "scale factor host=0.5 needs a host link; 'meshslice-sim' has no host.link_bandwidth"
+    # the assumed bandwidths are swept with a derived profile
+    (tmp_path / "slow-host.yaml").write_text("name: slow-host\ndescription: tpuv5e with a slower host link\n"
+                                             "base: tpuv5e\nkind: physical\nhost:\n  link_bandwidth: 8 GB/s\n")
+    derived = load_hardware(str(tmp_path / "slow-host.yaml"))
+    assert _host(derived) == 8e9 and derived.chip == load_hardware("tpuv5e").chip
 
 
 def test_each_offloaded_tensor_leaves_after_its_producer_and_returns_before_its_first_reader() -> None:
@@ -92,7 +101,7 @@ def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way(
 
 def test_with_a_huge_host_bandwidth_offload_times_as_saving_in_hbm() -> None:
     # DMA's HBM traffic off: the copies' bytes would otherwise still slow the compute they overlap
-    hardware = scaled_profile(load_hardware("tpuv4"), dma=0, host=1e9)
+    hardware = _with_host(load_hardware("tpuv4"), 1e9, dma=0)
     assert isinstance(hardware, PhysicalProfile)
     mapping = place_mesh(hardware, 2, 2)
     saved = simulate_step(_spec(hardware, remat_save=INPUT_AND_FF1), hardware, mapping)
@@ -109,7 +118,7 @@ def test_a_tiny_host_bandwidth_makes_the_step_link_bound_as_computed_by_hand() -
     backward from (L + 1) X, then L - 2 at once; from there layer l waits for its copy, issued as the layer above
     started its backward, and ends at (2L - 1 - l) X + 2B: the step is (2L - 1) X + 2B.
     """
-    hardware = scaled_profile(load_hardware("tpuv4"), dma=0, host=1e-3)
+    hardware = _with_host(load_hardware("tpuv4"), 1e-3, dma=0)
     assert isinstance(hardware, PhysicalProfile)
     mapping = place_mesh(hardware, 1, 1)
     saved = simulate_step(_spec(hardware, remat_save=INPUT), hardware, mapping)
@@ -133,7 +142,7 @@ def test_a_slower_host_link_never_speeds_the_step() -> None:
     base = load_hardware("tpuv4")
     times = []
     for factor in (1e3, 1.0, 1e-1, 1e-2):
-        hardware = scaled_profile(base, host=factor)
+        hardware = _with_host(base, factor)
         assert isinstance(hardware, PhysicalProfile)
         times.append(simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), hardware,
                                    place_mesh(hardware, 2, 2)).step_time_s)

@@ -362,8 +362,7 @@ class Scale(FrozenModel):
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
     ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
     a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate,
-    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free), ``host`` the
-    bandwidth of each chip's host link (physical profiles with a ``host`` block).
+    ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free).
     """
 
     alpha: NonNegative = Field(default=1.0, description="factor on every per-collective launch overhead (2: slower)")
@@ -378,8 +377,6 @@ class Scale(FrozenModel):
     vector: Positive = Field(default=1.0, description="factor on the vector units' elementwise rate (0.5: slower)")
     dma: NonNegative = Field(default=1.0, description="factor on the HBM traffic charged for collective DMA "
                              "(0: no HBM contention; 2: slower compute under communication)")
-    host: Positive = Field(default=1.0, description="factor on each chip's host-link bandwidth, over which "
-                           "activations are offloaded (0.5: slower)")
 
     model_config = FrozenModel.model_config | {"populate_by_name": True}
 

@@ -61,8 +61,7 @@ def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
         profile = scaled_profile(profile, bandwidth=factors.get("beta", 1.0), latency=factors.get("lambda", 1.0),
                                  overhead=factors.get("alpha", 1.0), flops=factors.get("flops", 1.0),
                                  step=factors.get("step", 1.0), op=factors.get("op", 1.0),
-                                 vector=factors.get("vector", 1.0), dma=factors.get("dma", 1.0),
-                                 host=factors.get("host", 1.0))
+                                 vector=factors.get("vector", 1.0), dma=factors.get("dma", 1.0))
     return profile
 
 

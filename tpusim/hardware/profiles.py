@@ -131,16 +131,15 @@ def scaled_profile(
     op: float = 1.0,
     vector: float = 1.0,
     dma: float = 1.0,
-    host: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
     ``bandwidth`` multiplies the ICI link bandwidth and every calibrated beta, ``latency`` the hop latency and
     every lambda, ``overhead`` every launch overhead and alpha, ``flops`` the peak FLOP/s used for timing,
     ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op,
-    ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA, ``host``
-    the bandwidth of each chip's host link. HBM and the informational peak are untouched. The name records the
-    factors, e.g. ``meshslice-sim[beta*0.5]``.
+    ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA.
+    HBM and the informational peak are untouched. The name records the factors, e.g.
+    ``meshslice-sim[beta*0.5]``.
     """
     _check_factor("bandwidth", bandwidth, allow_zero=False)
     _check_factor("latency", latency, allow_zero=True)
@@ -150,9 +149,8 @@ def scaled_profile(
     _check_factor("op", op, allow_zero=True)
     _check_factor("vector", vector, allow_zero=False)
     _check_factor("dma", dma, allow_zero=True)
-    _check_factor("host", host, allow_zero=False)
     factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op,
-               "vector": vector, "dma": dma, "host": host}
+               "vector": vector, "dma": dma}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
@@ -165,9 +163,6 @@ def scaled_profile(
     if dma != 1.0 and not profile.chip.dma_hbm_traffic:
         raise ConfigError(f"scale factor dma={dma:g} needs HBM contention; {profile.name!r} charges no DMA traffic "
                           "to HBM (chip.dma_hbm_traffic is 0)")
-    if host != 1.0 and not (isinstance(profile, PhysicalProfile) and profile.host is not None):
-        raise ConfigError(f"scale factor host={host:g} needs a host link; {profile.name!r} has no "
-                          "host.link_bandwidth")
     rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
     int8 = profile.chip.int8_peak_ops * flops if profile.chip.int8_peak_ops is not None else None
     chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops, "int8_peak_ops": int8,
@@ -184,8 +179,6 @@ def scaled_profile(
                 "step_overhead": profile.ici.step_overhead * step,
             }
         )
-        if profile.host is not None:
-            update["host"] = profile.host.model_copy(update={"link_bandwidth": profile.host.link_bandwidth * host})
     elif isinstance(profile, CalibratedProfile):
         cal = profile.calibration
         update["calibration"] = cal.model_copy(
