@@ -99,6 +99,16 @@ def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way(
     assert _host_s(result) == pytest.approx(_host_s(every), rel=1e-9)
 
 
+def test_micro_batches_each_move_their_own_activations() -> None:
+    hardware = load_hardware("tpuv4")
+    assert isinstance(hardware, PhysicalProfile)
+    result = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1, microbatches=2), hardware,
+                           place_mesh(hardware, 2, 2))
+    # two micro-batches of half the tokens: the same bytes over the step as one batch
+    whole = TINY.layers * TOKENS * (512 + 2048) * 2 / 4 / 15.75e9
+    assert _host_s(result)[:2] == pytest.approx((whole, whole), rel=1e-9)
+
+
 def test_with_a_huge_host_bandwidth_offload_times_as_saving_in_hbm() -> None:
     # DMA's HBM traffic off: the copies' bytes would otherwise still slow the compute they overlap
     hardware = _with_host(load_hardware("tpuv4"), 1e9, dma=0)
