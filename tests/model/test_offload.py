@@ -190,3 +190,18 @@ def test_offload_is_refused_on_a_profile_without_a_host_link() -> None:
                                     "(host.link_bandwidth) to offload over; use a physical profile such as 'tpuv4', "
                                     "or save the activations (remat_save)")
     assert caught.value.exit_code == 2
+
+
+def test_the_step_command_reports_the_host_link(capsys: pytest.CaptureFixture[str]) -> None:
+    from tpusim.cli.main import main
+    from tpusim.units import format_time
+
+    assert main(["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--mesh", "32x8", "--algorithm",
+                 "collective", "--recompute", "custom", "--remat-save", "qkv_proj,out_proj", "--remat-offload",
+                 "decoder_layer_input,mlpwi"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  host link")]
+    # 96 layers of the layer input (2h bytes per token) and the FF1 output (2f), 2048 x 256 tokens over 256 chips
+    each_way = 96 * 2048 * 256 * (2 * 12288 + 2 * 4 * 12288) / 256 / 15.75e9
+    assert len(lines) == 1
+    assert lines[0].startswith(f"  host link     {format_time(each_way)} out, {format_time(each_way)} back, ")
+    assert lines[0].endswith(" waited (decoder_layer_input, mlpwi)")
