@@ -68,7 +68,7 @@ def test_calibrated_requires_calibration_block() -> None:
 
 def test_physical_rejects_calibration_block() -> None:
     assert _error(_profile(calibration=CALIBRATION)).startswith(
-        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, dcn, description, ici, kind, "
+        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, dcn, description, host, ici, kind, "
         "multi_axis, name, "
     )
 

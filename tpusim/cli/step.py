@@ -62,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
           f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
           f"recompute {result.recompute}, {microbatches_text(result.microbatches)}")
     print(f"  attention     {result.switches['attention']}")
+    if "host_wait_s" in result.switches:  # activations offloaded over the host link
+        moved = result.switches["host_transfer_s"]
+        print(f"  host link     {format_time(moved['to_host'])} out, {format_time(moved['from_host'])} back, "
+              f"{format_time(result.switches['host_wait_s'])} waited ({', '.join(result.switches['remat_offload'])})")
     if not result.feasible:
         print("  infeasible    " + "; ".join(result.violations))
     for text in result.notes:

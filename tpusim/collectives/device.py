@@ -18,8 +18,10 @@ from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.handles import expected_of
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.hbm import SpanDone
+from tpusim.engine.host import HostDirection
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
+from tpusim.errors import SimulationError
 from tpusim.vocabulary import CollectiveOp
 
 Program = Callable[..., Generator[simpy.Event, Any, Any]]
@@ -204,6 +206,19 @@ class Device:
     def send_recv(self, t: Tensor, axis: int, src: int, dst: int, **opts: Any) -> simpy.Event:
         """Rank ``dst`` receives rank ``src``'s tensor; every member of the group takes part."""
         return self._collective(CollectiveOp.SEND_RECV, t, axis, root=src, offset=dst, **opts)
+
+    # -- host memory ---------------------------------------------------------------------------------
+    def host_copy(self, direction: HostDirection, nbytes: float) -> simpy.Event:
+        """Copy ``nbytes`` between HBM and host memory over this chip's host link (``engine.host``), starting now
+        or when the link's earlier copies in that direction are done; fires when the copy ends. The copy is DMA:
+        it reads (to the host) or writes (from it) each byte in HBM once, charged as collective DMA is."""
+        host = self.sim.host
+        if host is None:
+            raise SimulationError(f"{self.sim.hardware.name!r} has no host link (host.link_bandwidth) to copy over")
+        start, end = host.reserve(self.chip_id, direction, nbytes, self.env.now)
+        if self.sim.hbm is not None:
+            self.sim.hbm.ledger.record(self.chip_id, start, end, nbytes)
+        return self.env.timeout(end - self.env.now)
 
     def wait(self, *events: simpy.Event) -> simpy.Event:
         """An event whose value is the list of the given events' values."""

@@ -23,6 +23,7 @@ __all__ = [
     "ChipSpec",
     "DcnSpec",
     "HardwareProfile",
+    "HostSpec",
     "IciSpec",
     "LaunchOverheads",
     "OpCalibration",
@@ -161,6 +162,12 @@ class DcnSpec(FrozenModel):
     """Per transfer, from leaving the sender's link to arriving (pipelined: it holds no link)."""
     launch_overhead: Seconds = 0.0
     """Per DCN collective, holding no link."""
+class HostSpec(FrozenModel):
+    """The link between a chip and its host's memory, over which activations are offloaded
+    (docs/hardware-profiles.md#host-link)."""
+
+    link_bandwidth: BytesPerSecond
+    """One direction of one chip's host link (PCIe), in B/s; the other direction carries as much again."""
 
 
 class OpCalibration(FrozenModel):
@@ -290,6 +297,8 @@ class PhysicalProfile(HardwareProfile):
     """The slices a bare ``AxBxC`` topology names and the default slice per chip count; None: TPUv4's."""
     dcn: DcnSpec | None = None
     """The data-centre network between slices; None: the profile runs one slice only."""
+    host: HostSpec | None = None
+    """Each chip's link to host memory; None: the profile models no host, and offload is refused."""
 
     @property
     def multi_axis_shown(self) -> str | None:

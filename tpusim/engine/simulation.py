@@ -1,9 +1,9 @@
 """One simulated run: a SimPy environment, the chips, the tracer and the programs the chips run.
 
 A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. The network (links or
-calibrated channels) belongs to the collectives layer. Chip programs are SimPy processes started with
-``start``; ``run`` advances time until every program has finished and raises ``DeadlockError`` naming the
-stuck chips when the event queue empties first.
+calibrated channels) belongs to the collectives layer; each chip's host link (``host``) to this run. Chip programs
+are SimPy processes started with ``start``; ``run`` advances time until every program has finished and raises
+``DeadlockError`` naming the stuck chips when the event queue empties first.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 
 import simpy
 
-from tpusim.config import HardwareProfile
+from tpusim.config import HardwareProfile, PhysicalProfile
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import SharedHbm
+from tpusim.engine.host import HostLinks
 from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
@@ -72,6 +73,9 @@ class Simulation:
         self.chips = ChipTable(mapping.num_chips, dict(chip_slowdown or {}))
         # set where the network charges its DMA to the chips' HBM (``share_hbm``); None: HBM is free for compute
         self.hbm: SharedHbm | None = None
+        # each chip's link to host memory, where the profile has one (offloaded activations travel on it)
+        host = hardware.host if isinstance(hardware, PhysicalProfile) else None
+        self.host: HostLinks | None = HostLinks(host.link_bandwidth) if host is not None else None
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}

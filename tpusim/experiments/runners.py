@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
-from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
 from tpusim.config.requests import (
     FF_LAYERS,
     CollectiveRequest,
@@ -75,11 +75,13 @@ def request_hardware(request: Request, context: Context | None = None) -> Hardwa
     return with_collective_switches(profile, multi_axis=request.multi_axis, overlap_limit=request.overlap_limit)
 
 
-def check_offload(offload: tuple[Activation, ...]) -> None:
-    """Host offload is accounted in memory (``model.memory``) but its transfers are not simulated: refused."""
-    if offload:
-        raise InfeasibleError(f"remat_offload {','.join(offload)}: host offload is not simulated (no host link in "
-                              "the engine yet); save the activations (remat_save) or let them be recomputed")
+def check_offload(offload: tuple[Activation, ...], profile: HardwareProfile) -> None:
+    """Host offload moves activations over each chip's host link (``engine.host``): refused on a profile without
+    one (the calibrated profiles)."""
+    if offload and not (isinstance(profile, PhysicalProfile) and profile.host is not None):
+        raise InfeasibleError(f"remat_offload {','.join(offload)}: hardware profile {profile.name!r} has no host "
+                              "link (host.link_bandwidth) to offload over; use a physical profile such as 'tpuv4', "
+                              "or save the activations (remat_save)")
 
 
 def model_of(model: str | TransformerModel, context: Context | None = None) -> TransformerModel:
@@ -166,9 +168,9 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     from tpusim.model.program import prefetch_budget
     from tpusim.model.step import StepSpec, simulate_step
 
-    check_offload(request.remat_offload)
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
+    check_offload(request.remat_offload, profile)
     check_step_memory(mapping.num_chips, request.fidelity)
     _check_links(profile, mapping, link_busy)
     _check_tracer(tracer, mapping)
@@ -224,7 +226,7 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     from tpusim.tuning.search import TuneSpec, check_jobs, tune
 
     check_jobs(jobs)
-    check_offload(request.remat_offload)
+    check_offload(request.remat_offload, request_hardware(request, context))
     if tracer is not None:
         from tpusim.experiments.tracing import check_trace_chips
 

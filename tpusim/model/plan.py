@@ -35,6 +35,7 @@ from tpusim.model.layer import (
     recompute_flops_per_block,
     step_extras,
 )
+from tpusim.model.remat import HostCopy, block_graph, host_copies, plan_remat, tensor_bytes, tensor_widths
 from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
 
 __all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_shape", "plan_block", "plan_step", "step_model_flops"]
@@ -98,6 +99,7 @@ class StepPlan:
     gemms: dict[str, PreparedGemm]
     violations: tuple[str, ...]
     data: DataParallelPlan | None = None  # the collectives over the data axis of a D x R x C layout
+    offload: tuple[HostCopy, ...] = ()  # each block's tensors offloaded to host memory (recompute custom)
 
     @property
     def params(self) -> GemmParams:
@@ -170,7 +172,28 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
                                             optimizer_share=1.0 if synced is None else synced.optimizer_share)
     found = list(violations)
     gemms = _prepare(spec, mesh, forward + backward + middle, found)
-    return StepPlan(forward, backward, before, middle, after, gemms, tuple(found), synced)
+    offload = plan_offload(spec, mesh, forward, backward)
+    return StepPlan(forward, backward, before, middle, after, gemms, tuple(found), synced, offload)
+
+
+def plan_offload(spec: StepSpec, mesh: tuple[int, int], forward: tuple[Op, ...], backward: tuple[Op, ...]
+                 ) -> tuple[HostCopy, ...]:
+    """The host copies of one block on one chip under ``remat_offload`` (none otherwise): each offloaded tensor's
+    share of the chip, bf16, as ``model.memory`` counts it in host memory."""
+    if spec.recompute is not Recompute.CUSTOM or not spec.remat_offload:
+        return ()
+    model = spec.model
+    activation = str(model.mlp.activation)
+    plan = plan_remat(spec.recompute, spec.remat_save, spec.remat_offload, spec.attention,
+                      [op.name for op in forward], block=model.block, activation=activation)
+    shape, _ = block_shape(spec, mesh, True)
+    qkv, out_proj, ff1, _ = ff_layers(model, 1)
+    widths = tensor_widths(qkv.outputs, qkv.inputs, out_proj.inputs, ff1.outputs, model.ffn)
+    # every activation is split like the [tokens, hidden] one: its rows over the token parts, its features over
+    # the feature parts
+    rows = shape.tokens_per_chip * shape.hidden_per_chip / spec.model.hidden
+    nbytes = {tensor: tensor_bytes((tensor,), rows, widths) for tensor in plan.offloaded}
+    return host_copies(plan, [op.name for op in backward], nbytes, block_graph(model.block, activation))
 
 
 def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], violations: list[str]

@@ -9,6 +9,12 @@ data-independent gathers start when the op before it starts; under ``previous-ge
 starts, queued behind that GeMM's own collectives; under ``window`` when the op ``window`` places earlier starts,
 within a budget of gathered bytes. The tuner prices the non-FF part of a step with this same
 program, so the two never diverge.
+
+Offloaded activations (``HostSchedule``) travel on the chip's host link while compute goes on: a tensor's copy to
+the host starts as the forward op producing it ends (the block's input as the block starts); the copies back of
+block l's tensors are issued as the backward pass of block l + 1 starts (one block ahead; the last block's as its
+own backward starts), each once its copy out has ended, and the first backward op of block l that reads a tensor
+waits until it is back.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
+from tpusim.engine.host import HostDirection
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -33,11 +40,13 @@ from tpusim.model.data_parallel import GRADIENTS, SYNCED_DTYPE, WEIGHTS, DataSyn
 from tpusim.model.labels import op_label
 from tpusim.model.layer import OPTIMIZER, GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
+from tpusim.model.remat import HostCopy
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import parse_size
 from tpusim.vocabulary import EARLY_PREFETCH, CollectiveOp, Prefetch
 
-__all__ = ["Entry", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops", "step_sequence"]
+__all__ = ["Entry", "HostSchedule", "HostTime", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops",
+           "step_sequence"]
 
 StepOp = Op | DataSyncOp | DataWaitOp
 Entry = tuple[StepOp, int]
@@ -101,6 +110,69 @@ class PrefetchWindow:
 
 
 Gathers = dict[tuple[str, int, int], simpy.Event]
+
+
+@dataclass(frozen=True)
+class HostSchedule:
+    """A block's offloaded tensors and the ops that pace their copies (see the module docstring)."""
+
+    copies: tuple[HostCopy, ...]
+    block_start: str  # the block's first forward op: the block's input leaves as it starts
+    backward_start: str  # the block's first backward op: the copies back of the block below are issued then
+
+    @staticmethod
+    def of(plan: StepPlan) -> HostSchedule | None:
+        """The schedule of ``plan``'s offloaded tensors; None where nothing is offloaded."""
+        if not plan.offload:
+            return None
+        return HostSchedule(plan.offload, plan.forward[0].name, plan.backward[0].name)
+
+
+class _HostTraffic:
+    """One chip's host copies in flight, by (tensor, block), and the seconds its program waited for them."""
+
+    def __init__(self, dev: Device, schedule: HostSchedule) -> None:
+        self.dev = dev
+        self.schedule = schedule
+        self.out: dict[tuple[str, int], simpy.Event] = {}
+        self.back: dict[tuple[str, int], simpy.Event] = {}
+        self.fetched: set[int] = set()
+        self.waited = 0.0
+
+    def before(self, name: str, layer: int) -> Generator[simpy.Event, Any, None]:
+        """As op ``name`` of block ``layer`` is about to start: copies it starts, and those it waits for."""
+        if layer < 0:
+            return
+        if name == self.schedule.block_start:
+            self._send(None, layer)
+        if name == self.schedule.backward_start:
+            for block in (layer, layer - 1):
+                if block >= 0 and block not in self.fetched:
+                    self._fetch(block)
+        needed = [self.back.pop((copy.tensor, layer)) for copy in self.schedule.copies if copy.read_by == name]
+        if needed:
+            start = self.dev.env.now
+            yield self.dev.wait(*needed)
+            self.waited += self.dev.env.now - start
+
+    def after(self, name: str, layer: int) -> None:
+        """As op ``name`` of block ``layer`` has ended: the copies out of the tensors it produced."""
+        if layer >= 0:
+            self._send(name, layer)
+
+    def _send(self, writer: str | None, layer: int) -> None:
+        for copy in self.schedule.copies:
+            if copy.written_after == writer:
+                self.out[(copy.tensor, layer)] = self.dev.host_copy(HostDirection.TO_HOST, copy.nbytes)
+
+    def _fetch(self, layer: int) -> None:
+        self.fetched.add(layer)
+        for copy in self.schedule.copies:
+            self.back[(copy.tensor, layer)] = self.dev.env.process(self._copy_back(copy, layer))
+
+    def _copy_back(self, copy: HostCopy, layer: int) -> Generator[simpy.Event, Any, None]:
+        yield self.out.pop((copy.tensor, layer))  # a tensor comes back only once it has reached the host
+        yield self.dev.host_copy(HostDirection.FROM_HOST, copy.nbytes)
 
 
 def prefetch_budget(prefetch: Prefetch, budget: int | str | None) -> float | None:
@@ -170,8 +242,9 @@ def _gather_for_next_gemm(dev: Device, sequence: Sequence[Entry], gemms: dict[st
 
 
 def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], timeline: Timeline,
-                 window: PrefetchWindow) -> Generator[simpy.Event, Any, None]:
-    """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline``."""
+                 window: PrefetchWindow, host: _HostTraffic | None = None) -> Generator[simpy.Event, Any, None]:
+    """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline`` (and moving the
+    offloaded tensors with ``host``)."""
     issued: dict[int, Gathers] = {}
     held: dict[int, float] = {}
     synced: dict[tuple[str, int], simpy.Event] = {}  # data-parallel collectives in flight, by kind and block
@@ -181,6 +254,8 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
         if tracer is not None:
             tracer.scope[dev.chip_id] = op_label(op, layer)
         _start_early_gathers(dev, sequence, gemms, index, window, issued, held)
+        if host is not None:
+            yield from host.before(op.name, layer)
         if isinstance(op, GemmOp):
             job = gemms[op.name]
             dev.prefetched = issued.pop(index, {})
@@ -199,6 +274,8 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
             if done:
                 yield dev.wait(*(synced.pop(key) for key in done))
         timeline.append((op.name, layer, start, dev.env.now))
+        if host is not None:
+            host.after(op.name, layer)
 
 
 def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:
@@ -212,30 +289,54 @@ def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:
 
 
 @dataclass(frozen=True)
+class HostTime:
+    """Seconds one chip's host link was held in each direction, and seconds its program waited for copies back."""
+
+    to_host: float
+    from_host: float
+    waited: float
+
+
+@dataclass(frozen=True)
 class OpsRun:
     """A simulated sequence of ops: the run's account and the critical chip's timeline."""
 
     account: RunAccount
     timeline: Timeline
     link_busy: np.ndarray | None = None  # seconds per directed link, where asked for (``run_ops``)
+    host: HostTime | None = None  # the critical chip's host copies, where a ``HostSchedule`` was run
 
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
             representatives: Sequence[tuple[int, ...]] | None = None,
             chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow(),
-            keep_link_busy: bool = False, tracer: Tracer | None = None) -> OpsRun:
+            keep_link_busy: bool = False, tracer: Tracer | None = None,
+            host: HostSchedule | None = None) -> OpsRun:
     """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed
-    link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given)."""
+    link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
+    copies where ``host`` offloads tensors)."""
     sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
+    if host is not None and sim.host is None:
+        raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
+                              "host.link_bandwidth")
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
     timelines: dict[int, Timeline] = {}
+    traffic: dict[int, _HostTraffic] = {}
 
-    def args(dev: Device) -> tuple[Sequence[Entry], dict[str, PreparedGemm], Timeline, PrefetchWindow]:
+    def args(dev: Device) -> tuple[Sequence[Entry], dict[str, PreparedGemm], Timeline, PrefetchWindow,
+                                   _HostTraffic | None]:
         timelines[dev.chip_id] = []
-        return (sequence, gemms, timelines[dev.chip_id], window)
+        if host is not None:
+            traffic[dev.chip_id] = _HostTraffic(dev, host)
+        return (sequence, gemms, timelines[dev.chip_id], window, traffic.get(dev.chip_id))
 
     run_spmd(sim, runtime, step_program, args)
     symmetric = representatives is not None
     result = account(sim, runtime, symmetric=symmetric)
     busy = run_link_busy(runtime, symmetric=symmetric) if keep_link_busy else None
-    return OpsRun(result, timelines.get(result.critical, []), busy)
+    copies = None
+    if sim.host is not None and result.critical in traffic:
+        critical = result.critical
+        copies = HostTime(sim.host.busy(critical, HostDirection.TO_HOST),
+                          sim.host.busy(critical, HostDirection.FROM_HOST), traffic[critical].waited)
+    return OpsRun(result, timelines.get(result.critical, []), busy, copies)

@@ -8,7 +8,8 @@ the forward op list itself, renamed ``recompute.``, and a saved tensor that neit
 reads is not kept (JAX keeps only the residuals the backward uses). ``minimal`` saves the outputs of the four
 projection GeMMs (MaxText's "minimal": ``checkpoint_dots_with_no_batch_dims``, the dots with weights, not the
 attention core's batched products); ``custom`` saves the activations ``remat_save`` names and writes those
-``remat_offload`` names to host memory. ``none``, ``selective`` and ``full`` keep their published accounting in
+``remat_offload`` names to host memory (``host_copies`` says when each copy leaves and when it must be back).
+``none``, ``selective`` and ``full`` keep their published accounting in
 ``model.memory`` and ``model.layer`` (docs/workloads.md#memory).
 """
 
@@ -21,8 +22,8 @@ from types import MappingProxyType
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import QKV_PARTS, Activation, Attention, BlockKind, Recompute, check_remat
 
-__all__ = ["ACTIVATION_DTYPE", "DERIVED", "MINIMAL_SAVED", "RematPlan", "block_graph", "check_remat", "plan_remat",
-           "tensor_widths"]
+__all__ = ["ACTIVATION_DTYPE", "DERIVED", "MINIMAL_SAVED", "HostCopy", "RematPlan", "block_graph", "check_remat",
+           "host_copies", "plan_remat", "reads_of", "tensor_widths"]
 
 DERIVED = frozenset({Recompute.MINIMAL, Recompute.CUSTOM})
 """The policies whose recomputation this module derives from the forward op list."""
@@ -138,3 +139,47 @@ def tensor_widths(qkv: int, hidden: int, context: int, ff1: int, ffn: int) -> Ma
 def tensor_bytes(tensors: Iterable[str], tokens: float, widths: Mapping[str, int]) -> float:
     """Bytes of ``tensors`` for ``tokens`` tokens, in the activation dtype."""
     return float(sum(tokens * widths[tensor] for tensor in tensors) * dtype_bytes(ACTIVATION_DTYPE))
+
+
+RECOMPUTE_PREFIX = "recompute."  # how ``model.layer`` names a forward op rerun in the backward pass
+
+
+def reads_of(backward_op: str, graph: Graph | None = None) -> tuple[str, ...]:
+    """The forward tensors a backward op reads in a block of ``graph`` (default: the sequential GeLU block): a
+    gradient op's reads, a recompute op its forward op's inputs."""
+    producers, reads = graph if graph is not None else block_graph()
+    if backward_op.startswith(RECOMPUTE_PREFIX):
+        rerun = backward_op.removeprefix(RECOMPUTE_PREFIX)
+        inputs = [tensor for ops, inputs in producers.values() if rerun in ops for tensor in inputs]
+        return tuple(dict.fromkeys(inputs))
+    return reads.get(backward_op, ())
+
+
+@dataclass(frozen=True)
+class HostCopy:
+    """One offloaded tensor of a block on one chip: written to the host in forward, read back in backward."""
+
+    tensor: str
+    nbytes: float  # per chip
+    written_after: str | None  # the forward op whose end starts the copy out; None: the block's input, at its start
+    read_by: str  # the first backward op that reads it: the copy back has ended before that op starts
+
+
+def host_copies(plan: RematPlan, backward_order: Sequence[str], nbytes: Mapping[str, float],
+                graph: Graph | None = None) -> tuple[HostCopy, ...]:
+    """The copies of ``plan``'s offloaded tensors (``nbytes`` each, per chip), in the order the backward pass
+    (``backward_order``, op names) of a block of ``graph`` (default: the sequential GeLU block) first reads them."""
+    graph = graph if graph is not None else block_graph()
+    producers = graph[0]
+    first: dict[str, str] = {}
+    for op in backward_order:
+        for tensor in reads_of(op, graph):
+            first.setdefault(tensor, op)
+    copies = []
+    for tensor in plan.offloaded:
+        if tensor not in first:  # an offloaded tensor is kept only because a backward op reads it
+            raise ValueError(f"offloaded tensor {tensor!r} is read by no backward op")
+        writers = producers[tensor][0] if tensor in producers else ()
+        copies.append(HostCopy(tensor, nbytes[tensor], writers[-1] if writers else None, first[tensor]))
+    order = list(backward_order)
+    return tuple(sorted(copies, key=lambda copy: (order.index(copy.read_by), copy.tensor)))

@@ -4,8 +4,9 @@
 to simulate and turns it into a ``StepResult``. Identical layers are simulated once: a window of ``w`` and
 ``w + 1`` layers is simulated and the step is T(L) = T(w) + (L - w) (T(w + 1) - T(w)), exact once the schedule
 repeats from layer to layer (a test checks it against simulating every layer). Where a single representative
-chip stands for all (symmetric fidelity) and nothing crosses op boundaries, the step is the sum of its distinct
-ops, each simulated once. Breakdowns come from the critical chip.
+chip stands for all (symmetric fidelity) and nothing crosses op boundaries (no early prefetch, no data-parallel
+collectives, no host copies of offloaded activations), the step is the sum of its distinct ops, each simulated
+once. Breakdowns come from the critical chip.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op, ff_layers
 from tpusim.model.memory import estimate_memory
 from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
-from tpusim.model.program import OpsRun, PrefetchWindow, run_ops, step_sequence
+from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
 from tpusim.topology import MeshMapping
@@ -161,7 +162,10 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     total_layers = spec.model.layers
     sizes: list[int] = []
     bytes_per_layer, busiest = None, None
-    if reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH and plan.data is None:
+    host = HostSchedule.of(plan)
+    host_s: dict[str, Any] = {}
+    if (reps == [(0, 0)] and spec.extrapolate and spec.prefetch not in EARLY_PREFETCH and plan.data is None
+            and host is None):
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
         step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps, link_busy)
@@ -172,7 +176,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             total_layers]
         windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None) for n in sizes]
+                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None, host=host)
+                   for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
             return _extrapolate(values, sizes, total_layers)
@@ -185,6 +190,8 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         exposed_data = extrapolate([w.account.exposed_data for w in windows])
         idle = extrapolate([w.account.parts.idle for w in windows])
         stall = extrapolate([w.account.hbm_stall for w in windows])
+        if host is not None:
+            host_s = _host_switches(spec, [w.host for w in windows], extrapolate)
         if len(sizes) == 2:
             notes.append(f"simulated {sizes[0]} and {sizes[1]} layers and extrapolated to {total_layers}")
         last = windows[-1]
@@ -226,9 +233,22 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         switches={"embedding_lm_head": spec.embedding, "optimizer_update": spec.optimizer, "dtype": spec.dtype,
                   "attention": str(spec.attention), "prefetch_window": spec.prefetch_window,
                   "prefetch_budget_bytes": spec.prefetch_budget,
-                  "bytes_per_param": spec.bytes_per_param, "variant": spec.variant},
+                  "bytes_per_param": spec.bytes_per_param, "variant": spec.variant, **host_s},
         notes=notes,
     )
+
+
+def _host_switches(spec: StepSpec, runs: list[HostTime | None], extrapolate: Callable[[list[float]], float]
+                   ) -> dict[str, Any]:
+    """What a step with offloaded activations records (docs/results.md#result-fields): the names, the critical
+    chip's host-link busy seconds each way and the seconds it waited for copies back, over the whole step."""
+    found = [run for run in runs if run is not None]
+    if len(found) < len(runs):
+        return {}
+    return {"remat_offload": sorted(str(name) for name in spec.remat_offload),
+            "host_transfer_s": {"to_host": extrapolate([run.to_host for run in found]),
+                                "from_host": extrapolate([run.from_host for run in found])},
+            "host_wait_s": extrapolate([run.waited for run in found])}
 
 
 def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, float]:
@@ -304,8 +324,13 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
                                        ("the data-parallel synchronisation", mapping.data > 1)) if present]
     note = (f"{m} micro-batches of {micro.batch} sequences, gradients accumulated: {m} x the micro-step"
             + (f" without {' and '.join(once)}, plus {'them' if len(once) > 1 else 'it'} once" if once else ""))
+    switches = dict(one.switches)
+    if "host_wait_s" in one.switches:  # every micro-step moves its own activations to the host and back
+        switches["host_transfer_s"] = {way: float(_accumulated(m, seconds, bare.switches["host_transfer_s"][way]))
+                                       for way, seconds in one.switches["host_transfer_s"].items()}
+        switches["host_wait_s"] = float(_accumulated(m, one.switches["host_wait_s"], bare.switches["host_wait_s"]))
     return replace(
-        one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu,
+        one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu, switches=switches,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
         exposed_data_comm_s=total("exposed_data_comm_s"), idle_s=total("idle_s"),
         hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],

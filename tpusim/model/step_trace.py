@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from tpusim.collectives.network import Network
 from tpusim.engine.trace import Tracer, row_and_column
 from tpusim.model.plan import StepPlan, StepSpec
-from tpusim.model.program import PrefetchWindow, run_ops, step_sequence
+from tpusim.model.program import HostSchedule, PrefetchWindow, run_ops, step_sequence
 from tpusim.units import format_time
 from tpusim.vocabulary import Fidelity
 
@@ -50,7 +50,7 @@ def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fid
         (set() if alike else set(representatives)) | {mapping.index_of(chip) for chip in traced})
     run = run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=runners,
                   chip_slowdown=chip_slowdown, window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                  tracer=tracer)
+                  tracer=tracer, host=HostSchedule.of(plan))
     critical = run.account.critical
     tracer.name_chips(mapping, {critical: "critical"})
     where = ",".join(str(k) for k in mapping.index_of(anchor))
