@@ -67,6 +67,7 @@ class StepSpec:
     prefetch_budget: float | None = None  # bytes of gathered buffers in hand early (window policy); None: no bound
     zero_stage: int = 1  # how a D x R x C layout shards model state over the replicas (model.data_parallel)
     accumulating: bool = False  # a micro-step before the last of gradient accumulation (model.data_parallel)
+    dcn_slices: int = 1  # slices joined over DCN by a dcn_data axis, gradients all-reduced across them
 
     @property
     def tokens(self) -> int:
@@ -153,7 +154,7 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
     replica's batch)."""
     forward, backward, violations = plan_block(spec, mesh)
     synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating,
-                                embedding=spec.embedding)
+                                embedding=spec.embedding, dcn_slices=spec.dcn_slices)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()
