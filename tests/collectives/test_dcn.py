@@ -89,3 +89,4 @@ def test_the_dcn_factor_scales_the_host_bandwidth_only() -> None:
     assert (scaled.ici, scaled.dcn.latency, scaled.name) == (base.ici, base.dcn.latency, "tpuv4[dcn*0.5]")
     with pytest.raises(ConfigError, match="needs a data-centre network"):
         scaled_profile(load_hardware("meshslice-sim"), dcn=0.5)
+

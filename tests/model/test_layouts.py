@@ -8,10 +8,13 @@ import pytest
 
 import tpusim.api as tp
 from tpusim.cli.main import main
+from tpusim.collectives.dcn import dcn_twin
 from tpusim.config import TransformerModel
 from tpusim.config.layout import NamedLayout, layout_name, parse_layout
 from tpusim.errors import UserError
+from tpusim.hardware import load_hardware
 from tpusim.model.memory import layout_state_bytes_per_param
+from tpusim.vocabulary import CollectiveOp
 
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
                         ffn=2048, sequence=64)
@@ -143,3 +146,77 @@ def test_a_layout_steps_memory_is_the_formula(layout: str, stage: int) -> None:
     s, b, h, a = TINY.sequence, 64 // named.replicas, TINY.hidden, TINY.heads
     activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / tensor  # recompute none (memory ignored)
     assert result.memory_bytes_per_chip == pytest.approx(state + activations, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- across slices
+
+WIRE = {"model": TINY, "hardware": "tpuv4-wire", "topology": "torus:4x4", "algorithm": "meshslice", "slices": 2,
+        "ignore_memory": True}
+
+
+@pytest.mark.parametrize("slices", [2, 3, 4])
+def test_the_dcn_all_reduce_of_the_last_bucket_is_what_slices_add(slices: int) -> None:
+    # every chip alike (MeshSlice), no overlap limits (tpuv4-wire), a backward block far longer than a bucket's
+    # all-reduce: the earlier buckets hide, the last one's DCN all-reduce is the whole difference
+    many = tp.step(layout=f"dcn_data={slices},tensor=4x4", batch=256 * slices, **WIRE)
+    one = tp.step(mesh="4x4", batch=256, **WIRE)
+    dcn = load_hardware("tpuv4-wire").dcn
+    assert dcn is not None
+    bucket = -(-TINY.params_per_layer // 16) * 2  # bf16 gradient shard of one block on one of 16 chips
+    twin = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, bucket, slices)
+    assert twin < one.compute_s / TINY.layers / 2
+    assert many.step_time_s - one.step_time_s == pytest.approx(twin, rel=1e-9)
+    assert many.exposed_dcn_comm_s == pytest.approx(twin, rel=1e-9)
+    assert many.exposed_data_comm_s == pytest.approx(twin, rel=1e-9)
+    assert (many.named_layout, many.chips, many.dcn_slices, many.dcn_axis, many.mesh, many.batch) == (
+        f"dcn_data={slices},tensor=4x4", 16 * slices, slices, "dcn_data", "4x4", 256 * slices)
+    assert many.memory_bytes_per_chip == one.memory_bytes_per_chip  # replicated state, the same share of batch
+    assert many.mfu == pytest.approx(one.mfu * one.step_time_s / many.step_time_s, rel=1e-12)
+
+
+def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
+    # the bucket is reduce-scattered over fsdp first, then its 1/F shard all-reduced across the slices
+    fields = {**COMMON, "algorithm": "meshslice", "slices": 2, "hardware": "tpuv4-wire"}
+    many = tp.step(layout="dcn_data=2,fsdp=4,tensor=4x4", **{**fields, "batch": 128})
+    one = tp.step(layout="fsdp=4,tensor=4x4", **fields)
+    dcn = load_hardware("tpuv4-wire").dcn
+    assert dcn is not None
+    block = -(-TINY.params_per_layer // 16)  # one block's parameters on one chip of the 4x4 mesh
+    shard = -(-block // 4) * 2  # rounded up to 4 equal parts, one part in bf16
+    twin = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, shard, 2)
+    assert many.step_time_s - one.step_time_s == pytest.approx(twin, rel=1e-9)
+    assert (many.named_layout, many.chips, many.zero_stage) == ("dcn_data=2,fsdp=4,tensor=4x4", 128, 3)
+
+
+DCN_CASES = {
+    "dcn_fsdp": ([*STEP, "--layout", "dcn_fsdp=2,tensor=16x16"],
+                 "layout 'dcn_fsdp=2,tensor=16x16' has dcn_fsdp above 1, which step does not simulate (weights "
+                 "sharded across slices); use dcn_data"),
+    "a calibrated profile": (["step", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--layout",
+                              "dcn_data=2,tensor=16x16"],
+                             "layout 'dcn_data=2,tensor=16x16' joins 2 slices over DCN, which profile 'meshslice-sim' "
+                             "does not describe (no dcn block); use a physical profile such as 'tpuv4'"),
+    "slow chips": ([*STEP, "--layout", "dcn_data=2,tensor=16x16", "--slow-chip", "3:2"],
+                   "slow chips or links with layout 'dcn_data=2,tensor=16x16' are not supported: one slice stands "
+                   "for all over DCN only while every slice behaves alike"),
+    "symmetric fidelity": ([*STEP, "--layout", "dcn_data=2,tensor=4x4", "--topology", "torus:4x4", "--algorithm",
+                            "meshslice", "--slices", "2", "--fidelity", "symmetric", "--ignore-memory"],
+                           "fidelity symmetric is not offered with 2 slices over DCN (the chips of a host share its "
+                           "network links, so every chip runs); use auto or full"),
+    "a data axis at ZeRO 0": ([*STEP, "--layout", "dcn_data=2,data=4,tensor=8x8", "--zero-stage", "0",
+                               "--ignore-memory"],
+                              "a data axis at ZeRO stage 0 with 2 slices over DCN is not supported (its all-reduce "
+                              "would be split around the DCN exchange); use zero_stage 1, 2 or 3"),
+    "chips against the slices": ([*STEP, "--layout", "dcn_data=2,tensor=16x16", "--chips", "256"],
+                                 "layout 'dcn_data=2,tensor=16x16' has 512 chips but chips is 256; valid: a layout "
+                                 "whose sizes multiply to 256"),
+}
+
+
+@pytest.mark.parametrize("name", list(DCN_CASES))
+def test_bad_dcn_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    argv, message = DCN_CASES[name]
+    assert main([*argv, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [message]

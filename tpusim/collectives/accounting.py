@@ -36,6 +36,7 @@ class RunAccount:
     links: LinkTotals | None
     transfers: int
     exposed_data: float = 0.0  # the part of ``parts.exposed`` only data-axis collectives were in flight for
+    exposed_dcn: float = 0.0  # the part of ``parts.exposed`` only DCN collectives were in flight for
 
 
 def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> RunAccount:
@@ -52,11 +53,13 @@ def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> 
     return RunAccount(elapsed, critical, parts, mxu, comm, sim.chips[critical].flops,
                       sim.chips[critical].hbm_stall if sim.chips else 0.0,
                       None if symmetric else totals, 0 if totals is None else totals.transfers,
-                      _exposed_data(parts.exposed, mxu, comm, runtime.data_spans.get(critical, []), elapsed))
+                      _exposed_data(parts.exposed, mxu, comm, runtime.data_spans.get(critical, []), elapsed),
+                      _exposed_data(parts.exposed, mxu, comm, runtime.dcn_spans.get(critical, []), elapsed))
 
 
 def _exposed_data(exposed: float, mxu: Spans, comm: Spans, data: Spans, elapsed: float) -> float:
-    """The exposed time of the data-axis collectives beyond what the other collectives already expose."""
+    """The exposed time of the collectives of ``data`` (those of the data axis, or those over DCN) beyond what the
+    other collectives already expose."""
     if not data:
         return 0.0
     others = Counter(comm)

@@ -24,7 +24,7 @@ host's links (h d) or by one chip's own chunk and its latency (d + latency), whi
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
@@ -33,7 +33,7 @@ from tpusim.config import DcnSpec
 from tpusim.errors import UserError
 from tpusim.vocabulary import CollectiveOp
 
-__all__ = ["DCN_OPS", "DcnRun", "dcn_steps", "dcn_twin", "simulate_dcn"]
+__all__ = ["DCN_OPS", "DcnFabric", "DcnRun", "dcn_steps", "dcn_twin", "simulate_dcn"]
 
 DCN_OPS = (CollectiveOp.ALL_REDUCE, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_GATHER)
 """The collectives that run across slices (data-parallel gradients and fsdp weights)."""
@@ -74,39 +74,90 @@ class DcnRun:
         return max(self.done_s, default=0.0)
 
 
+SpanHook = Callable[[int, float, float], None]
+"""Called with a chip and the start and end of each of its DCN collectives."""
+
+
+class DcnFabric:
+    """The host links of one simulated slice, and the DCN collectives its chips run on them.
+
+    Chips ``c`` share the host ``c // chips_per_host`` (an ASSUMPTION on which chips share a host: runs of
+    consecutive chip ids; by the symmetry of a slice only how many share one matters when all run alike). Every chip of
+    the slice is simulated (representative chips would leave their host-mates' traffic out).
+    """
+
+    def __init__(self, env: simpy.Environment, dcn: DcnSpec, slices: int, *, chips_per_host: int | None = None,
+                 on_span: SpanHook | None = None) -> None:
+        self.env = env
+        self.dcn = dcn
+        self.slices = slices
+        self.per_host = dcn.chips_per_host if chips_per_host is None else chips_per_host
+        self.on_span = on_span
+        self._links: dict[int, tuple[simpy.Resource, simpy.Resource]] = {}
+        self.egress_busy: dict[int, float] = {}
+        self.ingress_busy: dict[int, float] = {}
+
+    def host_of(self, chip: int) -> int:
+        """The host whose links ``chip`` uses."""
+        return chip // self.per_host
+
+    def _host(self, host: int) -> tuple[simpy.Resource, simpy.Resource]:
+        if host not in self._links:
+            self._links[host] = (simpy.Resource(self.env, capacity=1), simpy.Resource(self.env, capacity=1))
+            self.egress_busy[host] = self.ingress_busy[host] = 0.0
+        return self._links[host]
+
+    def collective(self, chip: int, op: CollectiveOp, nbytes: float,
+                   after: simpy.Event | None = None) -> simpy.Event:
+        """Run ``op`` on ``chip``'s tensor of ``nbytes`` across the slices, once ``after`` (if given) has fired;
+        the returned event fires when the chip's data is complete."""
+        return self.env.process(self._run(chip, op, nbytes, after))
+
+    def _run(self, chip: int, op: CollectiveOp, nbytes: float,
+             after: simpy.Event | None) -> Generator[simpy.Event, object, None]:
+        if after is not None:
+            yield after
+        start = self.env.now
+        steps = dcn_steps(op, self.slices)
+        if steps:
+            yield self.env.process(self._ring(self.host_of(chip), steps, nbytes))
+        if self.on_span is not None:
+            self.on_span(chip, start, self.env.now)
+
+    def _ring(self, host: int, steps: int, nbytes: float) -> Generator[simpy.Event, object, None]:
+        egress, ingress = self._host(host)
+        hold = nbytes / self.slices / self.dcn.host_bandwidth
+        yield self.env.timeout(self.dcn.launch_overhead)
+        for _ in range(steps):
+            # to the same chip of the next slice: this host's egress; from the previous slice: this host's
+            # ingress, loaded identically (the symmetry of the module docstring)
+            with egress.request() as sending, ingress.request() as receiving:
+                yield sending
+                yield receiving
+                yield self.env.timeout(hold)
+                self.egress_busy[host] += hold
+                self.ingress_busy[host] += hold
+            yield self.env.timeout(self.dcn.latency)
+
+
 def simulate_dcn(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chips: int,
                  chips_per_host: int | None = None) -> DcnRun:
     """Run ``op`` over ``slices`` slices for ``chips`` chips of one slice (hosts of ``chips_per_host`` chips,
     default the profile's), every chip starting at time 0, as a SimPy simulation of the host links."""
-    steps = dcn_steps(op, slices)
+    dcn_steps(op, slices)
     h = dcn.chips_per_host if chips_per_host is None else chips_per_host
     if chips < 1 or chips % h:
         raise UserError(f"{chips} chips do not fill whole hosts of {h} chips; valid: a multiple of {h}")
     env = simpy.Environment()
-    hosts = chips // h
-    egress = [simpy.Resource(env, capacity=1) for _ in range(hosts)]
-    ingress = [simpy.Resource(env, capacity=1) for _ in range(hosts)]
-    busy_out, busy_in = [0.0] * hosts, [0.0] * hosts
     done = [0.0] * chips
-    hold = nbytes / slices / dcn.host_bandwidth if slices else 0.0
 
-    def chip(index: int) -> Generator[simpy.Event, object, None]:
-        host = index // h
-        if steps:
-            yield env.timeout(dcn.launch_overhead)
-        for _ in range(steps):
-            # to the same chip of the next slice: this host's egress; from the previous slice: this host's
-            # ingress, loaded identically (the symmetry of the module docstring)
-            with egress[host].request() as sending, ingress[host].request() as receiving:
-                yield sending
-                yield receiving
-                yield env.timeout(hold)
-                busy_out[host] += hold
-                busy_in[host] += hold
-            yield env.timeout(dcn.latency)
-        done[index] = env.now
+    def finished(chip: int, _: float, end: float) -> None:
+        done[chip] = end
 
-    for index in range(chips):
-        env.process(chip(index))
+    fabric = DcnFabric(env, dcn, slices, chips_per_host=h, on_span=finished)
+    for chip in range(chips):
+        fabric.collective(chip, op, nbytes)
     env.run()
-    return DcnRun(tuple(done), tuple(busy_out), tuple(busy_in))
+    hosts = sorted(fabric.egress_busy)
+    return DcnRun(tuple(done), tuple(fabric.egress_busy[h] for h in hosts),
+                  tuple(fabric.ingress_busy[h] for h in hosts))

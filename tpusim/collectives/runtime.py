@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.dcn import DcnFabric
 from tpusim.collectives.handles import Pending, PendingTimeout
 from tpusim.collectives.network import Network, network_for
 from tpusim.collectives.operations import operation
@@ -90,6 +91,8 @@ class CollectiveRuntime:
         self.in_flight: dict[int, int] = {}
         self.comm_spans: dict[int, list[tuple[float, float]]] = {}
         self.data_spans: dict[int, list[tuple[float, float]]] = {}  # those of the data axis, a subset
+        self.dcn_spans: dict[int, list[tuple[float, float]]] = {}  # those across slices over DCN, a subset of both
+        self.dcn: DcnFabric | None = None  # the host links between slices, in a run with DCN axes
         if sim.tracer is not None:
             network.trace_links(sim.tracer)
         spec = sim.hardware.chip
@@ -178,6 +181,29 @@ class CollectiveRuntime:
         self.comm_spans.setdefault(chip, []).append((start, end))
         if axis == DATA_AXIS:
             self.data_spans.setdefault(chip, []).append((start, end))
+
+    def dcn_collective(self, chip: int, op: CollectiveOp, nbytes: float, after: simpy.Event | None) -> simpy.Event:
+        """Chip ``chip`` runs ``op`` across the slices over DCN once ``after`` has fired, under the chip's overlap
+        limit for ``op`` (shared with the ICI collectives of the same operation); returns its handle."""
+        if self.dcn is None:
+            raise SimulationError("a DCN collective in a run without DCN axes")
+        env = self.sim.env
+        handle = env.event()
+        gate = self._gate(chip, op, handle)
+        waits = [event for event in (after, gate) if event is not None]
+        inner = self.dcn.collective(chip, op, nbytes, simpy.AllOf(env, waits) if waits else None)
+
+        def done(_: simpy.Event) -> None:
+            handle.succeed()
+
+        inner.callbacks.append(done)
+        return handle
+
+    def dcn_spent(self, chip: int, start: float, end: float) -> None:
+        """Chip ``chip``'s DCN collective ran from ``start`` to ``end`` (data-parallel communication too)."""
+        self.comm_spans.setdefault(chip, []).append((start, end))
+        self.data_spans.setdefault(chip, []).append((start, end))
+        self.dcn_spans.setdefault(chip, []).append((start, end))
 
     def pending(self) -> list[str]:
         """Instances still waiting for members (a stalled schedule)."""

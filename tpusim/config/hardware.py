@@ -222,6 +222,11 @@ class HardwareProfile(FrozenModel):
         """The multi-axis schedule as results record it; None where there are no physical axes."""
         return None
 
+    @property
+    def slice_network(self) -> DcnSpec | None:
+        """The data-centre network that joins slices of this hardware; None where the profile has none."""
+        return None
+
 
 def _shape_sides(shape: str) -> tuple[int, ...]:
     try:
@@ -303,6 +308,10 @@ class PhysicalProfile(HardwareProfile):
     @property
     def multi_axis_shown(self) -> str | None:
         return str(self.multi_axis)
+
+    @property
+    def slice_network(self) -> DcnSpec | None:
+        return self.dcn
 
 
 class CalibratedProfile(HardwareProfile):

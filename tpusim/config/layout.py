@@ -103,10 +103,10 @@ def parse_layout(text: str) -> NamedLayout:
     return NamedLayout(rows=tensor[0], cols=tensor[1], **sizes)
 
 
-def layout_name(data: int, rows: int, cols: int, zero_stage: int) -> str:
-    """The named layout of a D x R x C mesh at ``zero_stage``: D replicas at ZeRO 3 are an fsdp axis (the same
-    mechanism), at a lower stage a data axis."""
+def layout_name(data: int, rows: int, cols: int, zero_stage: int, dcn_data: int = 1) -> str:
+    """The named layout of a D x R x C mesh at ``zero_stage`` (on each of ``dcn_data`` slices): D replicas at
+    ZeRO 3 are an fsdp axis (the same mechanism), at a lower stage a data axis."""
     axis = "fsdp" if zero_stage >= FSDP_ZERO_STAGE else "data"
-    return NamedLayout(**{axis: data}, rows=rows, cols=cols).name if data > 1 else NamedLayout(
-        rows=rows, cols=cols).name
+    sizes = {axis: data} if data > 1 else {}
+    return NamedLayout(**sizes, rows=rows, cols=cols, dcn_data=dcn_data).name
 

@@ -181,10 +181,17 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
         raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; "
                               "only 'meshslice' takes a slice count")
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
-    batch = request.batch or mapping.num_chips
+    slices_over_dcn = request.dcn_slices
+    _check_dcn(request, profile, slices_over_dcn)
+    batch = request.batch or mapping.num_chips * slices_over_dcn
+    if batch % slices_over_dcn:
+        raise InfeasibleError(f"{slices_over_dcn} slices over DCN do not divide the batch of {batch} sequences",
+                              f"choose a batch that is a multiple of {slices_over_dcn}")
     prefetch = _prefetch(profile, request.prefetch)
     budget = prefetch_budget(prefetch, request.prefetch_budget)
-    memory = plan_memory(transformer, mapping.num_chips, batch, request.recompute, request.microbatches,
+    # each slice of a dcn_data axis trains its share of the batch with replicated model state
+    memory = plan_memory(transformer, mapping.num_chips, batch // slices_over_dcn, request.recompute,
+                         request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
                          reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage,
                          embedding=request.embedding, remat_save=frozenset(request.remat_save),
@@ -195,7 +202,8 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
                     optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
                     prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
-                    remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload))
+                    remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
+                    dcn_slices=slices_over_dcn)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices
@@ -211,6 +219,18 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     if progress is not None:
         progress("simulating the step", 1, 1)
     return result
+
+
+def _check_dcn(request: StepRequest, profile: HardwareProfile, slices: int) -> None:
+    """A layout across slices needs a profile with a DCN and slices that behave alike (docs/network.md#dcn)."""
+    if slices == 1:
+        return
+    if profile.slice_network is None:
+        raise UserError(f"layout {request.layout!r} joins {slices} slices over DCN, which profile {profile.name!r} "
+                        "does not describe (no dcn block); use a physical profile such as 'tpuv4'")
+    if request.slow_chips or request.slow_links:
+        raise UserError(f"slow chips or links with layout {request.layout!r} are not supported: one slice stands "
+                        "for all over DCN only while every slice behaves alike")
 
 
 @finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)

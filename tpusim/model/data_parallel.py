@@ -17,6 +17,10 @@ of every replica hold the same shard of every weight, so they synchronise it ove
   embedding's gradient is complete (after its backward, before the optimizer update), and under ZeRO >= 1 one more
   gather, before the embedding lookup.
 
+- **across slices** (``dcn_slices`` S > 1, the layout's ``dcn_data`` axis): each gradient bucket, once reduce-
+  scattered over the data axis (or whole, without one), is all-reduced with the same chip of the other S - 1
+  slices over the data-centre network (``tpusim.collectives.dcn``); the slices keep replicated model state.
+
 One bucket per block and one block of lookahead are ASSUMPTIONS (frameworks choose bucket sizes and prefetch
 depths; docs/workloads.md#data-parallelism). The collectives share the chip's overlap limits with the tensor-
 parallel ones of the same kind (docs/network.md#overlap-limits).
@@ -28,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
+from tpusim.errors import UserError
 from tpusim.model.layer import padded_vocabulary
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes
@@ -45,9 +50,10 @@ class DataSyncOp:
     """Start a data-parallel collective of block ``target``'s gradients or weights and go on at once."""
 
     name: str  # GRADIENTS or WEIGHTS: what a later DataWaitOp waits for
-    collective: CollectiveOp
+    collective: CollectiveOp | None  # over the data axis; None: nothing on it (a layout of one replica per slice)
     elements: int  # bf16 elements this chip passes in
     target: int
+    dcn_elements: int = 0  # bf16 elements then all-reduced across slices over DCN (0: none)
 
     @property
     def nbytes(self) -> int:
@@ -76,6 +82,7 @@ class DataParallelPlan:
     block_elements: int  # parameters of one block on this chip (its tensor-parallel shard)
     accumulating: bool = False  # a micro-step before the last of gradient accumulation
     embedding_elements: int = 0  # parameters of the (tied) embedding and LM head on this chip; 0: not in the step
+    dcn_slices: int = 1  # slices joined over DCN (the dcn_data axis); their gradients are all-reduced across
 
     def _elements(self, block: int) -> int:
         """This chip's parameters of ``block`` (-1: the embedding and LM head)."""
@@ -89,12 +96,17 @@ class DataParallelPlan:
     def syncs_gradients(self) -> bool:
         """Whether this step sends its gradients: always but in an accumulating micro-step that can keep whole
         gradients (ZeRO 0 and 1; stages 2 and 3 keep only a 1/D shard, so every micro-step reduce-scatters)."""
-        return not self.accumulating or self.zero_stage >= 2
+        return not self.accumulating or (self.degree > 1 and self.zero_stage >= 2)
 
     def gradients(self, block: int) -> DataSyncOp:
-        """The bucket of ``block``'s gradients, sent when its backward pass ends."""
+        """The bucket of ``block``'s gradients, sent when its backward pass ends (then, across slices, its shard)."""
+        dcn = self.dcn_slices > 1
+        if self.degree == 1:
+            return DataSyncOp(GRADIENTS, None, self._elements(block), block, self._elements(block))
         if self.zero_stage >= 1:
-            return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, self._padded(block), block)
+            padded = self._padded(block)
+            return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, padded, block,
+                              padded // self.degree if dcn else 0)
         return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self._elements(block), block)
 
     def weights(self, block: int) -> DataSyncOp:
@@ -105,12 +117,12 @@ class DataParallelPlan:
     def gathers_forward(self) -> bool:
         """Whether weights are all-gathered before the forward pass (ZeRO 1, 2 after the update, so once per step;
         3 before every use)."""
-        return self.zero_stage >= 3 or (self.zero_stage >= 1 and not self.accumulating)
+        return self.degree > 1 and (self.zero_stage >= 3 or (self.zero_stage >= 1 and not self.accumulating))
 
     @property
     def gathers_backward(self) -> bool:
         """Whether weights are all-gathered again before the backward pass (ZeRO 3 frees them after use)."""
-        return self.zero_stage >= 3
+        return self.degree > 1 and self.zero_stage >= 3
 
     @property
     def optimizer_share(self) -> float:
@@ -119,14 +131,20 @@ class DataParallelPlan:
 
 
 def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
-                       accumulating: bool = False, embedding: bool = False) -> DataParallelPlan | None:
-    """The data-parallel part of a step of ``degree`` replicas of ``mesh`` (None for a single replica);
-    ``embedding``: the step includes the embedding and LM head (one tied matrix over the padded vocabulary, or the
-    embedding table and the LM head matrix when untied, synchronised as one bucket)."""
+                       accumulating: bool = False, embedding: bool = False,
+                       dcn_slices: int = 1) -> DataParallelPlan | None:
+    """The data-parallel part of a step of ``degree`` replicas of ``mesh`` in each of ``dcn_slices`` slices (None
+    for a single replica on one slice); ``embedding``: the step includes the embedding and LM head (one tied
+    matrix over the padded vocabulary, or the embedding table and the LM head matrix when untied, synchronised as
+    one bucket)."""
     stage = check_zero_stage(zero_stage)
-    if degree == 1:
+    if degree == 1 and dcn_slices == 1:
         return None
+    if dcn_slices > 1 and degree > 1 and stage == 0:
+        raise UserError(f"a data axis at ZeRO stage 0 with {dcn_slices} slices over DCN is not supported (its "
+                        "all-reduce would be split around the DCN exchange); use zero_stage 1, 2 or 3")
     chips = mesh[0] * mesh[1]
     tied = (math.ceil(model.embedding_matrices * padded_vocabulary(model, mesh) * model.hidden / chips)
             if embedding else 0)
-    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied)
+    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied,
+                            dcn_slices)

@@ -71,6 +71,7 @@ class StepSpec:
     accumulating: bool = False  # a micro-step before the last of gradient accumulation (model.data_parallel)
     remat_save: frozenset[Activation] = frozenset()  # under recompute custom: saved in HBM (model.remat)
     remat_offload: frozenset[Activation] = frozenset()  # under recompute custom: kept in host memory
+    dcn_slices: int = 1  # slices joined over DCN by a dcn_data axis, gradients all-reduced across them
 
     @property
     def tokens(self) -> int:
@@ -160,7 +161,7 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
     replica's batch)."""
     forward, backward, violations = plan_block(spec, mesh)
     synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating,
-                                embedding=spec.embedding)
+                                embedding=spec.embedding, dcn_slices=spec.dcn_slices)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()

@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from tpusim.collectives.accounting import RunAccount, account
+from tpusim.collectives.dcn import DcnFabric
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
@@ -42,7 +43,7 @@ from tpusim.model.layer import OPTIMIZER, GemmOp, LocalOp, NormStatsOp, Op
 from tpusim.model.plan import PreparedGemm, StepPlan
 from tpusim.model.remat import HostCopy
 from tpusim.topology.mapping import DATA_AXIS
-from tpusim.units import parse_size
+from tpusim.units import dtype_bytes, parse_size
 from tpusim.vocabulary import EARLY_PREFETCH, CollectiveOp, Prefetch
 
 __all__ = ["Entry", "HostSchedule", "HostTime", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops",
@@ -279,7 +280,17 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
 
 
 def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:
-    """Start the data-parallel collective ``op`` over the data axis."""
+    """Start the data-parallel collective ``op`` over the data axis, then (where it has some) its all-reduce
+    across slices over DCN."""
+    ici = _sync_ici(dev, op) if op.collective is not None else None
+    if not op.dcn_elements:
+        assert ici is not None, "a data-parallel op moves something"
+        return ici
+    nbytes = op.dcn_elements * dtype_bytes(SYNCED_DTYPE)
+    return dev.runtime.dcn_collective(dev.chip_id, CollectiveOp.ALL_REDUCE, nbytes, ici)
+
+
+def _sync_ici(dev: Device, op: DataSyncOp) -> simpy.Event:
     degree = dev.size(DATA_AXIS)
     if op.collective is CollectiveOp.REDUCE_SCATTER:
         return dev.reduce_scatter(Tensor((degree, op.elements // degree), SYNCED_DTYPE), DATA_AXIS, 0)
@@ -311,15 +322,21 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
             representatives: Sequence[tuple[int, ...]] | None = None,
             chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow(),
             keep_link_busy: bool = False, tracer: Tracer | None = None,
-            host: HostSchedule | None = None) -> OpsRun:
+            host: HostSchedule | None = None, dcn_slices: int = 1) -> OpsRun:
     """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed
     link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
-    copies where ``host`` offloads tensors)."""
+    copies where ``host`` offloads tensors). ``dcn_slices`` > 1: the slice simulated is one of that many joined
+    over the profile's DCN (every chip must then run)."""
     sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
                               "host.link_bandwidth")
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
+    if dcn_slices > 1:
+        dcn = network.hardware.slice_network
+        if dcn is None or representatives is not None:
+            raise ValueError("DCN slices need a profile with a dcn block and every chip simulated")
+        runtime.dcn = DcnFabric(sim.env, dcn, dcn_slices, on_span=runtime.dcn_spent)
     timelines: dict[int, Timeline] = {}
     traffic: dict[int, _HostTraffic] = {}
 

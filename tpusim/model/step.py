@@ -85,6 +85,9 @@ class StepResult(ResultMixin):
     compute_s: float
     exposed_comm_s: float
     exposed_data_comm_s: float
+    dcn_slices: int
+    dcn_axis: str | None
+    exposed_dcn_comm_s: float
     idle_s: float
     hbm_stall_s: float
     per_layer: list[dict[str, Any]]
@@ -137,10 +140,12 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     network = fresh()
     hardware, mapping = network.hardware, network.mapping
     mesh, data = mapping.shape, mapping.data
-    if spec.batch % data:
-        raise InfeasibleError(f"{data} data-parallel replicas do not divide the batch of {spec.batch} sequences",
-                              f"choose a batch that is a multiple of {data}, or another layout")
-    whole, spec = spec, replace(spec, batch=spec.batch // data)  # from here on: one replica's share
+    slices = spec.dcn_slices
+    if spec.batch % (data * slices):
+        what = f"{data} data-parallel replicas" + (f" in each of {slices} slices" if slices > 1 else "")
+        raise InfeasibleError(f"{what} do not divide the batch of {spec.batch} sequences",
+                              f"choose a batch that is a multiple of {data * slices}, or another layout")
+    whole, spec = spec, replace(spec, batch=spec.batch // (data * slices))  # from here on: one replica's share
     plan = plan_step(spec, mesh, data)
     algorithm = next(iter(plan.gemms.values())).algorithm
     obstacle = symmetric_obstacle(algorithm, plan.params, network, overrides=bool(chip_slowdown or link_overrides))
@@ -149,9 +154,18 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
     reps: list[tuple[int, ...]] | None = None
-    if fidelity is Fidelity.SYMMETRIC:
+    if slices > 1:
+        # the host links are shared by a host's chips: every chip of the slice runs (docs/network.md#dcn)
+        if fidelity is Fidelity.SYMMETRIC and spec.fidelity is Fidelity.SYMMETRIC:
+            raise InfeasibleError(f"fidelity symmetric is not offered with {slices} slices over DCN (the chips of "
+                                  "a host share its network links, so every chip runs); use auto or full")
+        if fidelity is Fidelity.SYMMETRIC:
+            notes.append(f"full fidelity: the chips of a host share its DCN links, so every chip of one of the "
+                         f"{slices} slices runs (the others alike by symmetry)")
+        fidelity = Fidelity.FULL
+    elif fidelity is Fidelity.SYMMETRIC:
         reps = list(representative_chips(algorithm, plan.params, network))
-    if reps is None and link_busy is None:  # a full run: replicas no slowdown touches behave alike
+    if reps is None and link_busy is None and slices == 1:  # a full run: replicas no slowdown touches behave alike
         reps = replica_representatives(mapping, chip_slowdown, link_overrides)
         if reps is not None:
             kept = len(reps) // (mesh[0] * mesh[1])
@@ -169,14 +183,15 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
         step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps, link_busy)
-        exposed_data = 0.0
+        exposed_data = exposed_dcn = 0.0
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
         sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
             total_layers]
         windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None, host=host)
+                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None, host=host,
+                           dcn_slices=slices)
                    for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
@@ -188,6 +203,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         compute = extrapolate([w.account.parts.compute for w in windows])
         exposed = extrapolate([w.account.parts.exposed for w in windows])
         exposed_data = extrapolate([w.account.exposed_data for w in windows])
+        exposed_dcn = extrapolate([w.account.exposed_dcn for w in windows])
         idle = extrapolate([w.account.parts.idle for w in windows])
         stall = extrapolate([w.account.hbm_stall for w in windows])
         if host is not None:
@@ -207,24 +223,26 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if tracer is not None:  # one more run, of the largest window, recording the traced chips
         notes += trace_step(spec, fresh, plan, fidelity, reps, sizes, windows[-1].account.elapsed if sizes else None,
                             step_time, chip_slowdown, tracer)
-    chips = mapping.num_chips
+    chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
-    memory = estimate_memory(spec.model, chips, whole.batch, spec.recompute, hardware.chip.hbm_capacity,
-                             spec.bytes_per_param, reserved_bytes=spec.prefetch_budget, data_parallel=data,
-                             zero_stage=spec.zero_stage, embedding=spec.embedding, remat_save=spec.remat_save,
-                             remat_offload=spec.remat_offload)
+    # the slices of a dcn_data axis keep replicated model state: one slice's memory, on its share of the batch
+    memory = estimate_memory(spec.model, mapping.num_chips, whole.batch // slices, spec.recompute,
+                             hardware.chip.hbm_capacity, spec.bytes_per_param, reserved_bytes=spec.prefetch_budget,
+                             data_parallel=data, zero_stage=spec.zero_stage, embedding=spec.embedding,
+                             remat_save=spec.remat_save, remat_offload=spec.remat_offload)
     layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
         data_parallel=data, zero_stage=spec.zero_stage if data > 1 else None, layout=mapping.layout,
-        named_layout=layout_name(data, mesh[0], mesh[1], spec.zero_stage), chips=chips, batch=whole.batch,
+        named_layout=layout_name(data, mesh[0], mesh[1], spec.zero_stage, slices), chips=chips, batch=whole.batch,
         microbatches=1, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
         step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed,
-        exposed_data_comm_s=exposed_data, idle_s=idle,
+        exposed_data_comm_s=exposed_data, dcn_slices=slices, dcn_axis="dcn_data" if slices > 1 else None,
+        exposed_dcn_comm_s=exposed_dcn, idle_s=idle,
         hbm_stall_s=stall, per_layer=[asdict(t) for t in per_op],
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes,
@@ -304,7 +322,7 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     if tracer is not None:
         tracer.metadata["microbatch"] = f"one micro-batch of {micro.batch} sequences, of {m}"
         one.notes.append(f"trace: one micro-batch of {m} ({micro.batch} sequences)")
-    alike = not spec.optimizer and mapping.data == 1  # every micro-step is the same
+    alike = not spec.optimizer and mapping.data == 1 and spec.dcn_slices == 1  # every micro-step is the same
     bare_busy = LinkBusy() if link_busy is not None and not alike else one_busy
     bare = one if alike else simulate_step(replace(micro, optimizer=False, accumulating=True), hardware, mapping,
                                            chip_slowdown=chip_slowdown, link_overrides=link_overrides,
@@ -321,7 +339,8 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     step_time = total("step_time_s")
     mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
     once = [what for what, present in (("the optimizer update", spec.optimizer),
-                                       ("the data-parallel synchronisation", mapping.data > 1)) if present]
+                                       ("the data-parallel synchronisation",
+                                        mapping.data > 1 or spec.dcn_slices > 1)) if present]
     note = (f"{m} micro-batches of {micro.batch} sequences, gradients accumulated: {m} x the micro-step"
             + (f" without {' and '.join(once)}, plus {'them' if len(once) > 1 else 'it'} once" if once else ""))
     switches = dict(one.switches)
@@ -332,7 +351,8 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     return replace(
         one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu, switches=switches,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
-        exposed_data_comm_s=total("exposed_data_comm_s"), idle_s=total("idle_s"),
+        exposed_data_comm_s=total("exposed_data_comm_s"), exposed_dcn_comm_s=total("exposed_dcn_comm_s"),
+        idle_s=total("idle_s"),
         hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],
     )
 

@@ -28,6 +28,8 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
     network = network_for(hardware, candidate.mapping)
 
     def twin(op: DataSyncOp) -> float:
+        if op.collective is None:  # nothing on the data axis (the tuner's layouts are of one slice)
+            return 0.0
         found = network.twin(CollectiveCall(op.collective, DATA_AXIS, op.nbytes))
         return found if found is not None else 0.0
 
