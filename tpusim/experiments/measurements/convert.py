@@ -52,8 +52,8 @@ def row_request(run: MeasuredRun) -> RowRequest:
         "optimizer": True,
         "fidelity": "auto",
     }
-    if run.ici_data * run.dcn_data > 1:  # MaxText replicates parameters and optimizer state over its data axes
-        fields["zero_stage"] = 0
+    if run.ici_data > 1:  # MaxText replicates parameters and optimizer state over its data axes (a dcn_data axis
+        fields["zero_stage"] = 0  # beside fsdp replicates them by the layout's own rule, docs/workloads.md#layouts
     return RowRequest(fields, recompute_notes)
 
 
