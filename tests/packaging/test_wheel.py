@@ -25,7 +25,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_every_data_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     inside = set(wheel.namelist())
     shipped = sorted(str(p.relative_to(ROOT)) for p in DATA.rglob("*.yaml"))
-    assert len(shipped) == 7 + 3 + 9  # hardware profiles, models, experiment families
+    assert len(shipped) == 7 + 10 + 9  # hardware profiles, models, experiment families
     assert [name for name in shipped if name not in inside] == []
 
 
