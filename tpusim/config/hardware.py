@@ -227,6 +227,11 @@ class HardwareProfile(FrozenModel):
         """The data-centre network that joins slices of this hardware; None where the profile has none."""
         return None
 
+    @property
+    def host_link(self) -> HostSpec | None:
+        """Each chip's link to host memory (activation offload); None where the profile has none."""
+        return None
+
 
 def _shape_sides(shape: str) -> tuple[int, ...]:
     try:
@@ -312,6 +317,10 @@ class PhysicalProfile(HardwareProfile):
     @property
     def slice_network(self) -> DcnSpec | None:
         return self.dcn
+
+    @property
+    def host_link(self) -> HostSpec | None:
+        return self.host
 
 
 class CalibratedProfile(HardwareProfile):

@@ -13,7 +13,7 @@ from typing import Any
 
 import simpy
 
-from tpusim.config import HardwareProfile, PhysicalProfile
+from tpusim.config import HardwareProfile
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.host import HostLinks
@@ -74,7 +74,7 @@ class Simulation:
         # set where the network charges its DMA to the chips' HBM (``share_hbm``); None: HBM is free for compute
         self.hbm: SharedHbm | None = None
         # each chip's link to host memory, where the profile has one (offloaded activations travel on it)
-        host = hardware.host if isinstance(hardware, PhysicalProfile) else None
+        host = hardware.host_link
         self.host: HostLinks | None = HostLinks(host.link_bandwidth) if host is not None else None
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)

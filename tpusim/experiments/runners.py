@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
-from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
+from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import (
     FF_LAYERS,
     CollectiveRequest,
@@ -78,7 +78,7 @@ def request_hardware(request: Request, context: Context | None = None) -> Hardwa
 def check_offload(offload: tuple[Activation, ...], profile: HardwareProfile) -> None:
     """Host offload moves activations over each chip's host link (``engine.host``): refused on a profile without
     one (the calibrated profiles)."""
-    if offload and not (isinstance(profile, PhysicalProfile) and profile.host is not None):
+    if offload and profile.host_link is None:
         raise InfeasibleError(f"remat_offload {','.join(offload)}: hardware profile {profile.name!r} has no host "
                               "link (host.link_bandwidth) to offload over; use a physical profile such as 'tpuv4', "
                               "or save the activations (remat_save)")
