@@ -183,8 +183,9 @@ def test_the_v5p_row_becomes_its_step_request() -> None:
 
 def test_the_palm_row_becomes_a_two_slice_request_with_a_note() -> None:
     asked = row_request(_runs()["paper-palm-540b-6144v4"])
+    # 3072 chips per pod: no default TPU v4 slice, so the most cube-like one of 48 whole cubes (3 x 4 x 4)
     assert asked.fields == {**_ALWAYS, "hardware": "tpuv4", "batch": 2048, "layout": "dcn_data=2,fsdp=256,tensor=12",
-                            "recompute": "full", "attention": "unfused", "model": {
+                            "topology": "12x16x16", "recompute": "full", "attention": "unfused", "model": {
         "name": "paper-palm-540b-6144v4",
         "description": "measured run paper-palm-540b-6144v4 (paper: PaLM arXiv:2204.02311 (Sec.4, 4.1, Table 1/3, "
                        "App.B), arXiv:2204.02311)",

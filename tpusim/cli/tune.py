@@ -52,7 +52,9 @@ def _print(result: TuneResult) -> None:
     from tpusim.model.memory import microbatches_text
 
     mode = "exhaustive" if result.exhaustive else "pruned"
-    print(f"{result.model} on {result.chips} chips ({result.hardware}), {result.algorithm}, batch {result.batch}, "
+    across = f" in {result.dcn_data} slices over DCN, meshes per slice" if result.dcn_data > 1 else ""
+    print(f"{result.model} on {result.chips} chips{across} ({result.hardware}), {result.algorithm}, "
+          f"batch {result.batch}, "
           f"prefetch {result.prefetch}, recompute {result.recompute}, attention {result.attention}, "
           f"{microbatches_text(result.microbatches)}; {mode} search")
     rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU", "HFU")]

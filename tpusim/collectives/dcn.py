@@ -6,11 +6,15 @@ has one egress and one ingress link resource (the profile's ``dcn.host_bandwidth
 sender's egress and its receiver's ingress only, and holds both for ``bytes / host_bandwidth`` (first come, first
 served), then arrives ``dcn.latency`` later without holding either.
 
-Every slice runs the same program, so one slice is simulated. The DCN peer of a chip is the same chip of the next
-slice (a ring over the S slices); the host that chip sits on receives, at every moment, exactly the traffic this
-slice's host of the same index receives, because the previous slice sends it at the same times. So a transfer to
-the next slice holds this slice's host egress, and the transfer arriving from the previous slice this slice's host
-ingress, for the same span: exact by symmetry. Slow chips or links (which break the symmetry) are not combined with
+Every slice runs the same program, so one slice is simulated; under symmetric fidelity only representative chips
+run, and each stands for its whole host: its host-mates run the same program at the same moments, so the fabric
+issues their transfers beside the representative's on a host of its own, each mate's waiting for its own earlier
+collectives under the overlap limit, and the representative's data is complete when the last mate's is (as a full
+run's step waits for its slowest chip). The DCN peer of a chip is the same chip of the next slice (a ring over the
+S slices); the host that chip sits on receives, at every moment, exactly the traffic this slice's host of the same
+index receives, because the previous slice sends it at the same times. So a transfer to the next slice holds this
+slice's host egress, and the transfer arriving from the previous slice this slice's host ingress, for the same
+span: exact by symmetry. Slow chips or links (which break the symmetry) are not combined with
 DCN axes.
 
 Ring collectives over the S slices of a tensor of ``nbytes`` per chip (the whole tensor of one group):
@@ -24,7 +28,7 @@ host's links (h d) or by one chip's own chunk and its latency (d + latency), whi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import simpy
@@ -82,24 +86,26 @@ class DcnFabric:
     """The host links of one simulated slice, and the DCN collectives its chips run on them.
 
     Chips ``c`` share the host ``c // chips_per_host`` (an ASSUMPTION on which chips share a host: runs of
-    consecutive chip ids; by the symmetry of a slice only how many share one matters when all run alike). Every chip of
-    the slice is simulated (representative chips would leave their host-mates' traffic out).
+    consecutive chip ids; by the symmetry of a slice only how many share one matters when all run alike). With
+    ``stand_in`` only representative chips run: each has a host of its own, on which its host-mates' identical
+    transfers are issued with its own (module docstring).
     """
 
     def __init__(self, env: simpy.Environment, dcn: DcnSpec, slices: int, *, chips_per_host: int | None = None,
-                 on_span: SpanHook | None = None) -> None:
+                 on_span: SpanHook | None = None, stand_in: bool = False) -> None:
         self.env = env
         self.dcn = dcn
         self.slices = slices
         self.per_host = dcn.chips_per_host if chips_per_host is None else chips_per_host
         self.on_span = on_span
+        self.stand_in = stand_in
         self._links: dict[int, tuple[simpy.Resource, simpy.Resource]] = {}
         self.egress_busy: dict[int, float] = {}
         self.ingress_busy: dict[int, float] = {}
 
     def host_of(self, chip: int) -> int:
-        """The host whose links ``chip`` uses."""
-        return chip // self.per_host
+        """The host whose links ``chip`` uses (its own when it stands in for its host-mates)."""
+        return chip if self.stand_in else chip // self.per_host
 
     def _host(self, host: int) -> tuple[simpy.Resource, simpy.Resource]:
         if host not in self._links:
@@ -107,22 +113,38 @@ class DcnFabric:
             self.egress_busy[host] = self.ingress_busy[host] = 0.0
         return self._links[host]
 
-    def collective(self, chip: int, op: CollectiveOp, nbytes: float,
-                   after: simpy.Event | None = None) -> simpy.Event:
-        """Run ``op`` on ``chip``'s tensor of ``nbytes`` across the slices, once ``after`` (if given) has fired;
-        the returned event fires when the chip's data is complete."""
-        return self.env.process(self._run(chip, op, nbytes, after))
+    @property
+    def mates(self) -> int:
+        """Transfers a chip's collective issues on its host: its own, and its host-mates' where it stands in."""
+        return self.per_host if self.stand_in else 1
 
-    def _run(self, chip: int, op: CollectiveOp, nbytes: float,
-             after: simpy.Event | None) -> Generator[simpy.Event, object, None]:
+    def collective(self, chip: int, op: CollectiveOp, nbytes: float,
+                   after: Sequence[simpy.Event | None] | None = None) -> tuple[simpy.Event, list[simpy.Event]]:
+        """Run ``op`` on ``chip``'s tensor of ``nbytes`` across the slices; the transfers of host-mate ``j`` start
+        once ``after[j]`` (if given) has fired (``mates`` entries: a stand-in's mates each wait for their own
+        earlier collectives). Returns an event that fires when the data of every mate is complete, and one per
+        mate."""
+        waits = list(after) if after is not None else [None] * self.mates
+        if len(waits) != self.mates:
+            raise ValueError(f"{len(waits)} events to wait for, for {self.mates} host-mates")
+        spans: list[tuple[float, float]] = []
+        runs = [self.env.process(self._run(chip, op, nbytes, wait, spans)) for wait in waits]
+        done = simpy.AllOf(self.env, runs)
+        if self.on_span is not None:
+            hook = self.on_span
+            # the chip's span is that of its last-finishing mate, as a full run's critical chip sees its own
+            done.callbacks.append(lambda _: hook(chip, *max(spans, key=lambda span: span[1])))
+        return done, list(runs)
+
+    def _run(self, chip: int, op: CollectiveOp, nbytes: float, after: simpy.Event | None,
+             spans: list[tuple[float, float]]) -> Generator[simpy.Event, object, None]:
         if after is not None:
             yield after
         start = self.env.now
         steps = dcn_steps(op, self.slices)
         if steps:
             yield self.env.process(self._ring(self.host_of(chip), steps, nbytes))
-        if self.on_span is not None:
-            self.on_span(chip, start, self.env.now)
+        spans.append((start, self.env.now))
 
     def _ring(self, host: int, steps: int, nbytes: float) -> Generator[simpy.Event, object, None]:
         egress, ingress = self._host(host)
@@ -141,12 +163,13 @@ class DcnFabric:
 
 
 def simulate_dcn(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chips: int,
-                 chips_per_host: int | None = None) -> DcnRun:
+                 chips_per_host: int | None = None, *, stand_in: bool = False) -> DcnRun:
     """Run ``op`` over ``slices`` slices for ``chips`` chips of one slice (hosts of ``chips_per_host`` chips,
-    default the profile's), every chip starting at time 0, as a SimPy simulation of the host links."""
+    default the profile's), every chip starting at time 0, as a SimPy simulation of the host links; with
+    ``stand_in`` the ``chips`` are representatives, each standing for its host."""
     dcn_steps(op, slices)
     h = dcn.chips_per_host if chips_per_host is None else chips_per_host
-    if chips < 1 or chips % h:
+    if chips < 1 or (chips % h and not stand_in):
         raise UserError(f"{chips} chips do not fill whole hosts of {h} chips; valid: a multiple of {h}")
     env = simpy.Environment()
     done = [0.0] * chips
@@ -154,7 +177,7 @@ def simulate_dcn(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chi
     def finished(chip: int, _: float, end: float) -> None:
         done[chip] = end
 
-    fabric = DcnFabric(env, dcn, slices, chips_per_host=h, on_span=finished)
+    fabric = DcnFabric(env, dcn, slices, chips_per_host=h, on_span=finished, stand_in=stand_in)
     for chip in range(chips):
         fabric.collective(chip, op, nbytes)
     env.run()

@@ -17,7 +17,7 @@ on a network with fixed durations needs no rendezvous at all: its handle is a pl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -76,7 +76,8 @@ class CollectiveRuntime:
         self._direct = (self.representatives is not None and network.fixed_durations and sim.tracer is None
                         and sim.hardware.overlap_slowdown == 1.0)
         self.limits = sim.hardware.overlap_limits
-        self._issued: dict[tuple[int, CollectiveOp], list[simpy.Event]] = {}  # the last calls, by chip and op
+        # the last calls, by chip and op (a tuple: one per host-mate a chip's DCN collective stands in for)
+        self._issued: dict[tuple[int, CollectiveOp], list[simpy.Event | tuple[simpy.Event, ...]]] = {}
         self._ends: dict[tuple[int, CollectiveOp], list[float]] = {}  # the same on the direct path
         for index in self.representatives or ():
             chip = sim.mapping.chip(*index)
@@ -132,15 +133,28 @@ class CollectiveRuntime:
         return handle
 
     def _gate(self, chip: int, op: CollectiveOp, handle: simpy.Event) -> simpy.Event | None:
-        """The earlier call of ``op`` on ``chip`` whose completion lets this one join, if the limit binds."""
+        """The earlier call of ``op`` on ``chip`` whose completion lets this one join, if the limit binds (a call
+        stood in for mate by mate: once every mate's is complete, as the group of an ICI call waits for all)."""
+        earlier = self._earlier(chip, op, (handle,))
+        return simpy.AllOf(self.sim.env, earlier) if isinstance(earlier, tuple) else earlier
+
+    def _gates(self, chip: int, op: CollectiveOp, handles: tuple[simpy.Event, ...]) -> list[simpy.Event | None]:
+        """Per host-mate a DCN call stands in for, the earlier call whose completion lets its transfers start:
+        the mate's own for a call stood in for mate by mate, the shared one for an ICI call."""
+        earlier = self._earlier(chip, op, handles)
+        return list(earlier) if isinstance(earlier, tuple) else [earlier] * len(handles)
+
+    def _earlier(self, chip: int, op: CollectiveOp, handles: tuple[simpy.Event, ...]
+                 ) -> simpy.Event | tuple[simpy.Event, ...] | None:
+        """Record this call of ``op`` (one handle, or one per host-mate) and return the call ``limit`` before it."""
         limit = self.limits.of(op)
         if limit is None:
             return None
         issued = self._issued.setdefault((chip, op), [])
-        gate = issued[-limit] if len(issued) >= limit else None
-        issued.append(handle)
+        earlier = issued[-limit] if len(issued) >= limit else None
+        issued.append(handles if len(handles) > 1 else handles[0])
         del issued[:-limit]
-        return gate
+        return earlier
 
     def _join(self, instance: _Instance, key: tuple[int, int, int], chip: int, rank: int, call: CollectiveCall,
               tensor: Tensor, handle: Pending) -> None:
@@ -188,16 +202,17 @@ class CollectiveRuntime:
         if self.dcn is None:
             raise SimulationError("a DCN collective in a run without DCN axes")
         env = self.sim.env
-        handle = env.event()
-        gate = self._gate(chip, op, handle)
-        waits = [event for event in (after, gate) if event is not None]
-        inner = self.dcn.collective(chip, op, nbytes, simpy.AllOf(env, waits) if waits else None)
+        handles = tuple(env.event() for _ in range(self.dcn.mates))
+        gates = self._gates(chip, op, handles)
+        afters = [self._after(after, gate) for gate in gates]
+        every, mates = self.dcn.collective(chip, op, nbytes, afters)
+        for mate, finished in zip(mates, handles, strict=True):  # each mate's later calls wait for its own
+            mate.callbacks.append(_succeeds(finished))
+        return every
 
-        def done(_: simpy.Event) -> None:
-            handle.succeed()
-
-        inner.callbacks.append(done)
-        return handle
+    def _after(self, *events: simpy.Event | None) -> simpy.Event | None:
+        waits = [event for event in events if event is not None]
+        return simpy.AllOf(self.sim.env, waits) if waits else None
 
     def dcn_spent(self, chip: int, start: float, end: float) -> None:
         """Chip ``chip``'s DCN collective ran from ``start`` to ``end`` (data-parallel communication too)."""
@@ -251,3 +266,10 @@ class CollectiveRuntime:
             finish(0, env.now)
         else:
             self.network.start(env, call, instance.group, list(instance.chips), finish)
+
+
+def _succeeds(event: simpy.Event) -> Callable[[simpy.Event], None]:
+    """A callback that triggers ``event``."""
+    def trigger(_: simpy.Event) -> None:
+        event.succeed()
+    return trigger

@@ -321,6 +321,18 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 Dtype = Annotated[str, BeforeValidator(_dtype)]
 Mesh = Annotated[str, BeforeValidator(_mesh)]
 ZeroStage = Annotated[int, BeforeValidator(_zero_stage), Field(json_schema_extra={"enum": list(ZERO_STAGES)})]
+EVERY_ZERO_STAGE = "any"
+"""``tune --zero-stage any``: layouts with D > 1 replicas are searched at every ZeRO stage, the fastest kept."""
+
+
+def _zero_stage_or_any(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() == EVERY_ZERO_STAGE:
+        return EVERY_ZERO_STAGE
+    return _zero_stage(value)
+
+
+TuneZeroStage = Annotated[int | Literal["any"], BeforeValidator(_zero_stage_or_any),
+                          Field(json_schema_extra={"enum": [*ZERO_STAGES, EVERY_ZERO_STAGE]})]
 Axis = Annotated[Literal[0, 1], BeforeValidator(_axis)]
 DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
 FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
@@ -660,8 +672,11 @@ class TuneRequest(Request):
                                       "state")
     dp: Count | None = Field(None, description="data-parallel replicas D (default: every D that divides the chips and "
                              "the batch and whose data axis takes whole physical axes; 1: tensor parallelism only)")
-    zero_stage: ZeroStage = Field(1, description="how D > 1 replicas shard model state: 0 replicated, 1 optimizer "
-                                  "state, 2 and gradients, 3 and weights")
+    zero_stage: TuneZeroStage = Field(1, description="how D > 1 replicas shard model state: 0 replicated, 1 "
+                                      "optimizer state, 2 and gradients, 3 and weights (fsdp); any: search every "
+                                      "stage")
+    dcn_data: Count = Field(1, description="slices over DCN (a dcn_data axis): chips and batch are those of every "
+                            "slice, each slice takes an equal share and the same layout")
 
     @model_validator(mode="after")
     def _remat_names(self) -> Self:
@@ -673,6 +688,9 @@ class TuneRequest(Request):
         if self.dp is not None and self.chips % self.dp:
             raise problem(f"dp {self.dp} does not divide the {self.chips} chips; valid: a divisor of {self.chips}",
                           style=Problem.PLAIN)
+        if self.chips % self.dcn_data:
+            raise problem(f"dcn_data {self.dcn_data} does not divide the {self.chips} chips; valid: a divisor of "
+                          f"{self.chips} (the slices over DCN)", style=Problem.PLAIN)
         return self
 
 

@@ -7,7 +7,7 @@ API and every experiment point go through them, so they behave alike wherever a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -16,6 +16,7 @@ from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import (
+    EVERY_ZERO_STAGE,
     FF_LAYERS,
     CollectiveRequest,
     GemmRequest,
@@ -35,13 +36,13 @@ from tpusim.experiments.footprint import check_gemm_memory, check_step_memory
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.topology import MeshMapping
 from tpusim.units import parse_size
-from tpusim.vocabulary import Activation, Dataflow, Precision, Prefetch
+from tpusim.vocabulary import ZERO_STAGES, Activation, Dataflow, Precision, Prefetch
 
 if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
     from tpusim.gemm.simulate import GemmResult
     from tpusim.model.step import StepResult
-    from tpusim.tuning.result import TuneResult
+    from tpusim.tuning.result import Choice, TuneResult
 
 # The GeMM, model and tuning layers are imported by the runners that use them, so that a collective (the
 # command line's smallest request) starts without them.
@@ -253,6 +254,9 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         check_trace_chips(tracer, request.chips, f"{request.chips}-chip")
     if request.algorithm == EVERY_ALGORITHM:
         return _tune_every_algorithm(request, context, progress, tracer, jobs)
+    if request.zero_stage == EVERY_ZERO_STAGE:
+        return _tune_every_zero_stage(request, context, progress, tracer, jobs)
+    assert isinstance(request.zero_stage, int)
     workers, capped = worker_count(jobs)
 
     spec = TuneSpec(
@@ -266,7 +270,7 @@ def run_tune(request: TuneRequest, context: Context | None = None,
         fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
         allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
         dataflows=request.dataflows, bytes_per_param=request.bytes_per_param, dp=request.dp,
-        zero_stage=request.zero_stage,
+        zero_stage=request.zero_stage, dcn_slices=request.dcn_data,
     )
     result = tune(spec, context=context, progress=progress, stages=stages, jobs=workers)
     if capped is not None:
@@ -285,27 +289,58 @@ def _tune_every_algorithm(request: TuneRequest, context: Context | None, progres
     """Tune each registered algorithm in turn and keep the fastest best choice; its result's notes list every
     algorithm's best step (or why it had none)."""
     from tpusim.gemm.registry import algorithms
+
+    return _tune_fastest(request, "algorithm", list(algorithms()), _Variants(
+        progress="tuning algorithm {}", label="{}", shown=lambda choice: choice.mesh, none="no algorithm",
+        note="algorithm all: {} is the fastest of {count} tuned"), context, progress, tracer, jobs)
+
+
+def _tune_every_zero_stage(request: TuneRequest, context: Context | None, progress: Callable[[str], None] | None,
+                           tracer: Tracer | None, jobs: int) -> TuneResult:
+    """Tune at each ZeRO stage in turn and keep the fastest best choice (ties: the lower stage); its notes list
+    every stage's best step (or why it had none). A layout of one replica is the same at every stage."""
+    return _tune_fastest(request, "zero_stage", list(ZERO_STAGES), _Variants(
+        progress="tuning at ZeRO stage {}", label="stage {}", shown=lambda choice: choice.layout,
+        none="no ZeRO stage",
+        note="zero_stage any: stage {} is the fastest of {count} tuned"), context, progress, tracer, jobs)
+
+
+@dataclass(frozen=True)
+class _Variants:
+    """How a search over one request field speaks: its progress line and each value's label (``{}`` the value),
+    what of a value's best choice its line shows, and the note on the fastest (``{count}``: values tuned)."""
+
+    progress: str
+    label: str
+    shown: Callable[[Choice], str]
+    none: str
+    note: str
+
+
+def _tune_fastest(request: TuneRequest, field: str, values: list[Any], say: _Variants, context: Context | None,
+                  progress: Callable[[str], None] | None, tracer: Tracer | None, jobs: int) -> TuneResult:
+    """Tune with ``field`` set to each of ``values`` in turn and keep the fastest best choice (ties: the earlier
+    value); a value the request or its layouts refuse is listed with its reason, in the kept result's notes."""
     from tpusim.units import format_time
 
-    found: list[tuple[float, str, TuneResult]] = []
+    found: list[tuple[float, int, TuneResult]] = []
     lines: list[str] = []
-    for name in algorithms():
+    for index, value in enumerate(values):
         if progress is not None:
-            progress(f"tuning algorithm {name}")
+            progress(say.progress.format(value))
         try:
-            result = run_tune(request.model_copy(update={"algorithm": name}), context, progress, jobs=jobs)
-        except InfeasibleError as error:
-            lines.append(f"{name}: no configuration ({error.message})")
+            result = run_tune(request.model_copy(update={field: value}), context, progress, jobs=jobs)
+        except UserError as error:  # infeasible, or refused by the layouts (stage 0 with data axes over DCN)
+            lines.append(f"{say.label.format(value)}: no configuration ({error.message})")
             continue
-        found.append((result.best.step_time_s, name, result))
-        lines.append(f"{name}: {result.best.mesh}, {format_time(result.best.step_time_s)}")
+        found.append((result.best.step_time_s, index, result))
+        lines.append(f"{say.label.format(value)}: {say.shown(result.best)}, {format_time(result.best.step_time_s)}")
     if not found:
-        raise InfeasibleError(f"no algorithm has a feasible configuration of {request.chips} chips: "
-                              + "; ".join(lines))
-    _, name, best = min(found, key=lambda item: item[:2])
-    best.notes.append(f"algorithm all: {name} is the fastest of {len(found)} tuned (" + "; ".join(lines) + ")")
+        raise InfeasibleError(f"{say.none} has a feasible configuration of {request.chips} chips: " + "; ".join(lines))
+    _, index, best = min(found, key=lambda item: item[:2])
+    best.notes.append(say.note.format(values[index], count=len(found)) + " (" + "; ".join(lines) + ")")
     if tracer is not None:
-        _trace_best(request.model_copy(update={"algorithm": name}), best, tracer, context)
+        _trace_best(request.model_copy(update={field: values[index]}), best, tracer, context)
     return best
 
 
@@ -329,7 +364,7 @@ def _trace_best(request: TuneRequest, result: TuneResult, tracer: Tracer, contex
     shared = {name: getattr(request, name) for name in StepRequest.model_fields
               if name in TuneRequest.model_fields and name != "kind"}
     step = parse_request(StepRequest, {
-        **shared, "mesh": best.mesh, "batch": result.batch, "recompute": result.recompute,
+        **shared, "layout": best.layout, "dp": None, "batch": result.batch, "recompute": result.recompute,
         "microbatches": result.microbatches, "dataflows": best.dataflows, "transposes": best.transposes,
         "slices": None if None in best.slices else best.slices,
     })

@@ -27,9 +27,8 @@ from tpusim.vocabulary import Activation, Attention, BlockKind, Dataflow, MlpKin
 
 __all__ = ["FF_LAYERS", "FLASH", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp",
            "NormStatsOp", "Op", "Pass", "attention_forward_flops", "attention_ops", "attention_scores", "block_ops",
-           "ff_layers", "forward_op_names", "heuristic_dataflow", "kv_heads_on_mesh", "model_flops_per_block",
-           "padded_vocabulary",
-           "step_extras"]
+           "ff_layers", "forward_op_names", "heuristic_dataflow", "kv_heads_on_mesh", "lm_head_layer",
+           "model_flops_per_block", "padded_vocabulary", "stationary_elements", "step_extras"]
 
 
 class Pass(StrEnum):
@@ -69,6 +68,12 @@ def heuristic_dataflow(tokens: int, inputs: int, outputs: int) -> Dataflow:
     if inputs >= outputs and tokens >= outputs:
         return Dataflow.LS
     return Dataflow.RS
+
+
+def stationary_elements(tokens: int, inputs: int, outputs: int, dataflow: Dataflow) -> int:
+    """Elements of the matrix ``dataflow`` keeps in place: Y (os), X (ls) or W (rs); the heuristic keeps the
+    largest."""
+    return {Dataflow.OS: tokens * outputs, Dataflow.LS: tokens * inputs, Dataflow.RS: inputs * outputs}[dataflow]
 
 
 def kv_heads_on_mesh(model: TransformerModel, feature_parts: int) -> int:
@@ -395,6 +400,14 @@ def padded_vocabulary(model: TransformerModel, mesh: tuple[int, int]) -> int:
     return -(-model.vocabulary // unit) * unit
 
 
+def lm_head_layer(model: TransformerModel, tokens: int, mesh: tuple[int, int], dataflow: Dataflow | None = None
+                  ) -> FFLayer:
+    """The LM head as an FF layer onto the vocabulary padded for ``mesh``, with the heuristic's dataflow unless
+    given."""
+    vocab = padded_vocabulary(model, mesh)
+    return FFLayer("lm_head", tokens, model.hidden, vocab, dataflow or heuristic_dataflow(tokens, model.hidden, vocab))
+
+
 def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: tuple[int, int], dtype: str,
                 *, embedding: bool, optimizer: bool, chips: int, dataflow: Dataflow | None = None,
                 optimizer_share: float = 1.0) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
@@ -414,8 +427,7 @@ def step_extras(model: TransformerModel, shape: BlockShape, tokens: int, mesh: t
     after: list[Op] = []
     if embedding:
         vocab = padded_vocabulary(model, mesh)
-        head = FFLayer("lm_head", tokens, model.hidden, vocab,
-                       dataflow or heuristic_dataflow(tokens, model.hidden, vocab))
+        head = lm_head_layer(model, tokens, mesh, dataflow)
         logits = shape.tokens_per_chip * vocab / (chips / (tokens / shape.tokens_per_chip))
         before.append(LocalOp("embedding", 0.0, 2 * b * act))
         middle += [GemmOp("lm_head", Pass.FORWARD, head.gemm(Pass.FORWARD, dtype)),

@@ -22,23 +22,28 @@ from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import operand_blocks
 from tpusim.gemm.simulate import check_gemm
 from tpusim.model.data_parallel import DataParallelPlan, data_parallel_plan
-from tpusim.model.feasibility import Split, split_for
+from tpusim.model.feasibility import Split, parts_for, split_for
 from tpusim.model.layer import (
     BlockShape,
+    FFLayer,
     GemmOp,
     NormStatsOp,
     Op,
+    Pass,
     block_ops,
     ff_layers,
     kv_heads_on_mesh,
+    lm_head_layer,
     model_flops_per_block,
     recompute_flops_per_block,
+    stationary_elements,
     step_extras,
 )
 from tpusim.model.remat import HostCopy, block_graph, host_copies, plan_remat, tensor_bytes, tensor_widths
 from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
 
-__all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_shape", "plan_block", "plan_step", "step_model_flops"]
+__all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_layers", "block_shape", "plan_block", "plan_step",
+           "step_model_flops"]
 
 
 @dataclass(frozen=True)
@@ -135,13 +140,40 @@ def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], t
     """(forward ops, backward ops, violations) of one block on ``mesh``; infeasible meshes raise unless allowed."""
     algorithm = get_algorithm(spec.algorithm)
     shape, split = block_shape(spec, mesh, spec.allow_infeasible)
-    layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes, split.feature_parts)
+    layers = block_layers(spec, mesh)
     forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute,
                                   spec.attention, remat_save=spec.remat_save, remat_offload=spec.remat_offload)
     if algorithm.parallelism != "2d":
         forward, backward = _one_d_statistics(forward, algorithm.parallelism), _one_d_statistics(
             backward, algorithm.parallelism)
     return forward, backward, split.violations
+
+
+def block_layers(spec: StepSpec, mesh: tuple[int, int]) -> tuple[FFLayer, ...]:
+    """The block's FF layers on ``mesh``: the requested dataflows, else each layer as ``runnable`` makes it."""
+    feature_parts = parts_for(mesh, get_algorithm(spec.algorithm).parallelism)[1]
+    layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes, feature_parts)
+    return layers if spec.dataflows is not None else tuple(runnable(layer, spec, mesh) for layer in layers)
+
+
+def runnable(layer: FFLayer, spec: StepSpec, mesh: tuple[int, int]) -> FFLayer:
+    """``layer`` with the heuristic's dataflow where the algorithm can run its three passes on ``mesh``, else the
+    one it can run that keeps the largest matrix in place, as the heuristic would have: the heuristic ignores the
+    algorithm's rules (a ring that cuts the tokens into two pieces per chip; docs/workloads.md#the-autotuner). A
+    layer no dataflow can run keeps the heuristic's, whose refusal the step then reports."""
+    algorithm = get_algorithm(spec.algorithm)
+    params = GemmParams(spec.prefetch, variant=spec.variant)
+    others = sorted((d for d in Dataflow if d is not layer.dataflow), key=lambda d: -stationary_elements(
+        layer.tokens, layer.inputs, layer.outputs, d))
+    for dataflow in (layer.dataflow, *others):
+        option = replace(layer, dataflow=dataflow)
+        try:
+            for which in Pass:
+                check_gemm(algorithm, option.gemm(which, spec.dtype), mesh, params)
+        except InfeasibleError:
+            continue
+        return option
+    return layer
 
 
 def _one_d_statistics(ops: tuple[Op, ...], parallelism: str) -> tuple[Op, ...]:
@@ -170,6 +202,8 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
         before, middle, after = step_extras(spec.model, shape, spec.tokens, mesh, spec.dtype,
                                             embedding=spec.embedding, optimizer=spec.optimizer,
                                             chips=mesh[0] * mesh[1],
+                                            dataflow=runnable(lm_head_layer(spec.model, spec.tokens, mesh), spec,
+                                                              mesh).dataflow,
                                             optimizer_share=1.0 if synced is None else synced.optimizer_share)
     found = list(violations)
     gemms = _prepare(spec, mesh, forward + backward + middle, found)

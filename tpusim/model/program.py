@@ -326,7 +326,7 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
     """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed
     link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
     copies where ``host`` offloads tensors). ``dcn_slices`` > 1: the slice simulated is one of that many joined
-    over the profile's DCN (every chip must then run)."""
+    over the profile's DCN (representative chips stand for their hosts, ``tpusim.collectives.dcn``)."""
     sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
@@ -334,9 +334,10 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
     if dcn_slices > 1:
         dcn = network.hardware.slice_network
-        if dcn is None or representatives is not None:
-            raise ValueError("DCN slices need a profile with a dcn block and every chip simulated")
-        runtime.dcn = DcnFabric(sim.env, dcn, dcn_slices, on_span=runtime.dcn_spent)
+        if dcn is None:
+            raise ValueError("DCN slices need a profile with a dcn block")
+        runtime.dcn = DcnFabric(sim.env, dcn, dcn_slices, on_span=runtime.dcn_spent,
+                                stand_in=representatives is not None)
     timelines: dict[int, Timeline] = {}
     traffic: dict[int, _HostTraffic] = {}
 

@@ -30,9 +30,9 @@ from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.simulate import simulate_gemm
-from tpusim.model.layer import GemmOp, Op, ff_layers
+from tpusim.model.layer import GemmOp, Op
 from tpusim.model.memory import estimate_memory
-from tpusim.model.plan import StepPlan, StepSpec, plan_step, step_hardware_flops, step_model_flops
+from tpusim.model.plan import StepPlan, StepSpec, block_layers, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
@@ -154,16 +154,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
     reps: list[tuple[int, ...]] | None = None
-    if slices > 1:
-        # the host links are shared by a host's chips: every chip of the slice runs (docs/network.md#dcn)
-        if fidelity is Fidelity.SYMMETRIC and spec.fidelity is Fidelity.SYMMETRIC:
-            raise InfeasibleError(f"fidelity symmetric is not offered with {slices} slices over DCN (the chips of "
-                                  "a host share its network links, so every chip runs); use auto or full")
-        if fidelity is Fidelity.SYMMETRIC:
-            notes.append(f"full fidelity: the chips of a host share its DCN links, so every chip of one of the "
-                         f"{slices} slices runs (the others alike by symmetry)")
-        fidelity = Fidelity.FULL
-    elif fidelity is Fidelity.SYMMETRIC:
+    if fidelity is Fidelity.SYMMETRIC:  # with DCN slices each representative stands for its host's chips
         reps = list(representative_chips(algorithm, plan.params, network))
     if reps is None and link_busy is None and slices == 1:  # a full run: replicas no slowdown touches behave alike
         reps = replica_representatives(mapping, chip_slowdown, link_overrides)
@@ -230,7 +221,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                              hardware.chip.hbm_capacity, spec.bytes_per_param, reserved_bytes=spec.prefetch_budget,
                              data_parallel=data, zero_stage=spec.zero_stage, embedding=spec.embedding,
                              remat_save=spec.remat_save, remat_offload=spec.remat_offload)
-    layers_used = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes)
+    layers_used = block_layers(spec, mesh)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",

@@ -263,6 +263,28 @@ def default_slice(chips: int, rules: SliceRules = TPUV4_RULES) -> PhysicalTopolo
     return slice_topology(_sides_of(shape), rules)
 
 
+def slice_shape_for(chips: int, rules: SliceRules = TPUV4_RULES) -> str | None:
+    """The generation's slice of ``chips`` chips as topology text: its default, else (cube rules) the most
+    cube-like slice of whole cubes, its longest side over its shortest least; None where neither exists."""
+    shape = dict(rules.defaults).get(chips)
+    if shape is not None or rules.cube is None or chips > rules.max_chips or chips % rules.cube ** rules.axes:
+        return shape
+    cubes = chips // rules.cube ** rules.axes
+    best: tuple[int, ...] | None = None
+    for sides in _factorisations(cubes, rules.axes):
+        if best is None or (max(sides) / min(sides), max(sides)) < (max(best) / min(best), max(best)):
+            best = sides
+    return None if best is None else _shape_text([side * rules.cube for side in best])
+
+
+def _factorisations(number: int, parts: int) -> list[tuple[int, ...]]:
+    """Every non-decreasing tuple of ``parts`` whole numbers whose product is ``number``."""
+    if parts == 1:
+        return [(number,)]
+    return [(first, *rest) for first in range(1, number + 1) if number % first == 0
+            for rest in _factorisations(number // first, parts - 1) if rest[0] >= first]
+
+
 def default_tpuv4_slice(chips: int) -> PhysicalTopology:
     """The most cube-like TPUv4 slice with this many chips (docs/network.md#tpuv4-slices-and-mapping)."""
     return default_slice(chips, TPUV4_RULES)

@@ -4,25 +4,30 @@ hides.
 A layout's gradient buckets overlap the backward pass of the blocks below them and its weight gathers the blocks
 before them (``tpusim.model.data_parallel``), except at the ends: the last block's bucket has nothing left to
 hide behind, nor has the first block's weight gather (ZeRO >= 1), nor, under ZeRO 3, the gather the backward pass
-opens with. The ranking charges those at their closed-form times; the whole steps the search ends with are
+opens with. Across slices over DCN, the last bucket's shard is all-reduced after it, with nothing left to hide
+behind either. The ranking charges those at their closed-form times; the whole steps the search ends with are
 simulated, overlap limits and all.
 """
 
 from __future__ import annotations
 
 from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.dcn import dcn_twin
 from tpusim.collectives.network import network_for
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.model.data_parallel import DATA_AXIS, DataSyncOp, data_parallel_plan
+from tpusim.model.data_parallel import DATA_AXIS, SYNCED_DTYPE, DataSyncOp, data_parallel_plan
 from tpusim.tuning.space import MeshCandidate
+from tpusim.units import dtype_bytes
+from tpusim.vocabulary import CollectiveOp
 
 __all__ = ["data_parallel_tail"]
 
 
 def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, model: TransformerModel,
-                       zero_stage: int) -> float:
-    """Seconds per step of ``candidate``'s data-parallel collectives the ranking assumes exposed (0 for D = 1)."""
-    plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage)
+                       zero_stage: int, dcn_slices: int = 1) -> float:
+    """Seconds per step of ``candidate``'s data-parallel collectives the ranking assumes exposed (0 for one replica
+    on one slice), on each of ``dcn_slices`` slices."""
+    plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage, dcn_slices=dcn_slices)
     if plan is None:
         return 0.0
     network = network_for(hardware, candidate.mapping)
@@ -38,4 +43,9 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
         exposed.append(plan.weights(0))
     if plan.gathers_backward:
         exposed.append(plan.weights(0))
-    return sum(twin(op) for op in exposed)
+    across = 0.0
+    last = plan.gradients(0)
+    dcn = hardware.slice_network
+    if last.dcn_elements and dcn is not None:
+        across = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, last.dcn_elements * dtype_bytes(SYNCED_DTYPE), dcn_slices)
+    return sum(twin(op) for op in exposed) + across

@@ -14,7 +14,8 @@ class Choice:
     ``step_time_s`` is the simulated step, the number the choice is judged by.
     """
 
-    mesh: str  # "RxC", or "DxRxC" for D data-parallel replicas
+    mesh: str  # "RxC", or "DxRxC" for D data-parallel replicas (of one slice)
+    layout: str  # the named layout, e.g. "fsdp=64,tensor=4x1" or "dcn_data=2,data=8,tensor=16x2"
     algorithm: str
     dataflows: list[str]
     transposes: list[bool]
@@ -75,6 +76,7 @@ class TuneResult:
     attention: str
     fidelity: str
     zero_stage: int
+    dcn_data: int  # slices over DCN; chips and batch are those of every slice, meshes one slice's
     exhaustive: bool
     best: Choice
     runner_up: Choice | None

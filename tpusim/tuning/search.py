@@ -102,6 +102,7 @@ class TuneSpec:
     bytes_per_param: float = 16.0
     dp: int | None = None  # the data-parallel degree D; None: every D the chips, batch and topology allow
     zero_stage: int = 1  # how layouts with D > 1 shard the model state (model.data_parallel)
+    dcn_slices: int = 1  # slices over DCN (a dcn_data axis): ``chips`` and ``batch`` are those of every slice
 
 
 class _MeshSearch:
@@ -288,9 +289,11 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
-    hardware, model, chips = request.hardware, request.model, request.chips
+    hardware, model, slices = request.hardware, request.model, request.dcn_slices
     algorithm = get_algorithm(request.algorithm)
-    batch = request.batch if request.batch is not None else chips
+    whole_batch = request.batch if request.batch is not None else request.chips
+    # the search is one slice's: every slice runs the same layout on its share of the batch (docs/network.md#dcn)
+    chips, batch = _one_slice(request, whole_batch)
     # a topology the network cannot take, or a chip count with no slice of the generation, fails here, once
     place_mesh(hardware, chips, 1, topology=request.topology)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
@@ -338,7 +341,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             # the QKV GeMM's width depends on the feature split where K / V heads are replicated
             layers = ff_layers(model, spec.tokens, feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
             search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows)
-            search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage)
+            search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage, slices)
             searches.append(search)
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
@@ -370,7 +373,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     runner_search, runner_plan = (rest[0][2], rest[0][3][0]) if rest else (best_search, None)
     if runner_plan is None and len(leader_plans) > 1:
         runner_plan = leader_plans[1]
-    whole = replace(spec, batch=batch, microbatches=memory.microbatches)
+    whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)
     say(f"timing the best configuration{' and the runner-up' if runner_plan is not None else ''} as whole steps")
     timings = [(best_search, leader_plans[0])] + ([(runner_search, runner_plan)] if runner_plan is not None else [])
     best, *others = _time(pool, timings, whole, model.layers)
@@ -393,9 +396,10 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                          f"{choice.step_time_s / choice.estimate_step_s - 1:+.2%}")
     notes.extend(_pricing_notes(searches, request.exhaustive))
     return TuneResult(
-        model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=chips, batch=batch,
+        model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=request.chips, batch=whole_batch,
         microbatches=memory.microbatches, prefetch=str(prefetch), recompute=str(memory.recompute),
         attention=str(request.attention), fidelity=str(request.fidelity), zero_stage=request.zero_stage,
+        dcn_data=slices,
         exhaustive=request.exhaustive, best=best, runner_up=runner,
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
@@ -403,6 +407,18 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         meshes=sorted(reports.values(), key=lambda r: tuple(int(v) for v in r.mesh.split("x"))),
         ignore_memory=request.ignore_memory, notes=notes,
     )
+
+
+def _one_slice(request: TuneSpec, batch: int) -> tuple[int, int]:
+    """(chips, batch) of one of the request's slices over DCN; the slices must divide both."""
+    slices = request.dcn_slices
+    if request.chips % slices or batch % slices:
+        raise InfeasibleError(f"{slices} slices over DCN do not divide the {request.chips} chips and the batch of "
+                              f"{batch} sequences", f"choose chips and a batch that are multiples of {slices}")
+    if slices > 1 and request.hardware.slice_network is None:
+        raise InfeasibleError(f"dcn_data {slices} joins slices over DCN, which profile {request.hardware.name!r} "
+                              "does not describe (no dcn block)", "use a physical profile such as 'tpuv4'")
+    return request.chips // slices, batch // slices
 
 
 def _silent(line: str) -> None:
@@ -540,7 +556,8 @@ def _timed(search: _MeshSearch, plan: Plan, spec: StepSpec) -> StepSpec:
 
 def _choice(search: _MeshSearch, plan: Plan, result: StepResult, spec: StepSpec, layers: int) -> Choice:
     return Choice(
-        mesh=search.candidate.label, algorithm=result.algorithm, dataflows=result.dataflows,
+        mesh=search.candidate.label, layout=result.named_layout, algorithm=result.algorithm,
+        dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
         estimate_step_s=_estimate(search, plan, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
         hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,

@@ -16,7 +16,8 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import check_gemm, simulate_gemm
-from tpusim.model.layer import Pass, ff_layers
+from tpusim.model.layer import Pass
+from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
 from tpusim.topology import MeshMapping
 from tpusim.tuning.space import slice_counts
@@ -28,12 +29,13 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
     """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``; ``progress``
     hears (layers done, layers in all) as each layer's count is chosen."""
     algorithm = get_algorithm(spec.algorithm)
-    tokens = spec.batch // mapping.data * spec.model.sequence
+    # one replica's GeMMs on one slice: its share of the batch, as the step simulates them
+    replica = replace(spec, batch=spec.batch // (mapping.data * spec.dcn_slices))
     mapping = mapping.tensor_mapping  # in a pod layout one replica's GeMMs, on its share of the batch
     mesh = mapping.shape
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
     chosen = []
-    layers = ff_layers(spec.model, tokens, spec.dataflows, spec.transposes)
+    layers = block_layers(replica, mesh)
     for layer in layers:
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
         base = GemmParams(spec.prefetch, variant=spec.variant)

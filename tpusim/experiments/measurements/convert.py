@@ -4,7 +4,8 @@ The mapping (docs/validation.md#how-a-row-becomes-a-request): the generation's p
 of the row's dimensions; the global batch; a named layout from the ICI and DCN degrees with Megatron 1D tensor
 parallelism (``tp1d``) on the tensor axis; parameters replicated over data axes (ZeRO stage 0, as MaxText does);
 recomputation, attention kernel and matmul precision from the row's policies; embedding and optimizer included,
-as every real run has them.
+as every real run has them. A slice of a chip count the generation has no default slice for is its most cube-like
+slice of whole cubes (PaLM's 3072-chip pods: 12x16x16), which the sources do not state.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tpusim.config.hardware import PhysicalProfile
 from tpusim.errors import UserError
 from tpusim.experiments.measurements.table import CUSTOM_REMAT, NEAR_FULL, MeasuredRun
+from tpusim.hardware.profiles import load_hardware
+from tpusim.topology.slices import TPUV4_RULES, slice_shape_for
 
 __all__ = ["LAYOUT_AXES", "RowRequest", "row_request"]
 
@@ -52,6 +56,9 @@ def row_request(run: MeasuredRun) -> RowRequest:
         "optimizer": True,
         "fidelity": "auto",
     }
+    topology = _topology(run)
+    if topology is not None:
+        fields["topology"] = topology
     if run.ici_data > 1:  # MaxText replicates parameters and optimizer state over its data axes (a dcn_data axis
         fields["zero_stage"] = 0  # beside fsdp replicates them by the layout's own rule, docs/workloads.md#layouts
     return RowRequest(fields, recompute_notes)
@@ -63,6 +70,20 @@ def layout_of(run: MeasuredRun) -> str:
                "tensor": run.ici_tensor}
     named = [f"{axis}={degrees[axis]}" for axis in LAYOUT_AXES if degrees[axis] > 1]
     return ",".join(named) or "data=1"  # one chip: a layout still names an axis
+
+
+def _topology(run: MeasuredRun) -> str | None:
+    """None where the generation has a default slice of the row's chips per slice, else its most cube-like one."""
+    profile = load_hardware(run.tpu.hardware)
+    rules = (profile.slices if isinstance(profile, PhysicalProfile) else None) or TPUV4_RULES
+    if run.chips_per_slice in dict(rules.defaults):
+        return None
+    shape = slice_shape_for(run.chips_per_slice, rules)
+    if shape is None:
+        raise UserError(f"row {run.id!r}: no {run.tpu.hardware} slice of {run.chips_per_slice} chips "
+                        f"(chips_per_slice); valid: {', '.join(str(n) for n, _ in rules.defaults)} or a number of "
+                        "whole cubes")
+    return shape
 
 
 def _model(run: MeasuredRun) -> dict[str, Any]:
