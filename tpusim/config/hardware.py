@@ -232,6 +232,11 @@ class HardwareProfile(FrozenModel):
         """Each chip's link to host memory (activation offload); None where the profile has none."""
         return None
 
+    @property
+    def slice_rules(self) -> SliceRules | None:
+        """The slices of this hardware's generation; None: TPUv4's (``tpusim.topology.slices``)."""
+        return None
+
 
 def _shape_sides(shape: str) -> tuple[int, ...]:
     try:
@@ -321,6 +326,10 @@ class PhysicalProfile(HardwareProfile):
     @property
     def host_link(self) -> HostSpec | None:
         return self.host
+
+    @property
+    def slice_rules(self) -> SliceRules | None:
+        return self.slices
 
 
 class CalibratedProfile(HardwareProfile):

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tpusim.config.hardware import PhysicalProfile
 from tpusim.errors import UserError
 from tpusim.experiments.measurements.table import CUSTOM_REMAT, NEAR_FULL, MeasuredRun
 from tpusim.hardware.profiles import load_hardware
@@ -74,8 +73,7 @@ def layout_of(run: MeasuredRun) -> str:
 
 def _topology(run: MeasuredRun) -> str | None:
     """None where the generation has a default slice of the row's chips per slice, else its most cube-like one."""
-    profile = load_hardware(run.tpu.hardware)
-    rules = (profile.slices if isinstance(profile, PhysicalProfile) else None) or TPUV4_RULES
+    rules = load_hardware(run.tpu.hardware).slice_rules or TPUV4_RULES
     if run.chips_per_slice in dict(rules.defaults):
         return None
     shape = slice_shape_for(run.chips_per_slice, rules)
