@@ -89,6 +89,22 @@ def test_headline_compares_within_each_memory_treatment() -> None:
     assert "gpt3-175b, memory ignored: MeshSlice vs best other 2D (wang) +12.5%" in text
 
 
+def test_the_practitioners_baseline_names_its_choice_and_is_not_a_2d_algorithm() -> None:
+    """The ``all`` row says which algorithm and layout it chose; MeshSlice's speedup over it is negative where it
+    wins, and it never counts as the best other 2D algorithm."""
+    baseline = _tuned("all", False, 9.0, "full")
+    baseline["result"]["algorithm"] = "tp1d"
+    baseline["result"]["best"].update(mesh="64x4x1", layout="fsdp=64,tensor=4x1")
+    rows = _headline_rows([_tuned("wang", False, 12.0, "full"), _tuned("meshslice", False, 10.0, "full"), baseline])
+    row = next(r for r in rows if r["algorithm"] == "all")
+    assert (row["chosen_algorithm"], row["layout"]) == ("tp1d", "fsdp=64,tensor=4x1")
+    assert row["meshslice_speedup"] == pytest.approx(9.0 / 10.0 - 1.0)
+    assert {r["best_other_2d"] for r in rows} == {"wang"}
+    lines = headline_table(rows).splitlines()
+    assert lines[3].split() == ["gpt3-175b", "feasible", "all:", "tp1d", "fsdp=64,tensor=4x1", "9.000", "50.0%",
+                                "60.0%", "-10.0%"]
+
+
 def test_scaling_and_mesh_families_panel_by_memory_treatment() -> None:
     """Weak/strong scaling and mesh-shapes rows carry the memory treatment; figures get one panel per model and
     treatment, a row of panels per treatment."""

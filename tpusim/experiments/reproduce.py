@@ -20,6 +20,7 @@ from typing import Any
 from tpusim.engine.atomic import write_atomic
 from tpusim.errors import UserError
 from tpusim.experiments.families import family_names, get_family
+from tpusim.experiments.families.common import BASELINE
 from tpusim.experiments.interrupts import RunInterrupted
 from tpusim.experiments.results import check_output_dir, render_csv
 from tpusim.experiments.run import run_experiment
@@ -112,10 +113,18 @@ def _profile_name(hardware: Any) -> str:
 
 
 def headline_table(rows: list[dict[str, Any]]) -> str:
-    """The headline rows as a fixed-width text table."""
-    lines = [f"{'model':<22} {'memory':<9} {'algorithm':<11} {'mesh':<7} {'step (s)':>9} {'MFU':>6} {'HFU':>6} "
-             f"{'MS speedup':>11}"]
-    for row in rows:
+    """The headline rows as a fixed-width text table (the baseline's rows name the algorithm and layout chosen)."""
+    def shown(row: dict[str, Any]) -> tuple[str, str]:
+        if row["algorithm"] == BASELINE and row.get("layout"):
+            return f"{BASELINE}: {row.get('chosen_algorithm')}", str(row["layout"])
+        return str(row["algorithm"]), str(row["mesh"] or "-")
+
+    names = [shown(row) for row in rows]
+    wide = max([len("algorithm"), *(len(name) for name, _ in names)])
+    long = max([len("mesh"), *(len(mesh) for _, mesh in names)])
+    lines = [f"{'model':<22} {'memory':<9} {'algorithm':<{wide}} {'mesh':<{long}} {'step (s)':>9} {'MFU':>6} "
+             f"{'HFU':>6} {'MS speedup':>11}"]
+    for row, (algorithm, mesh) in zip(rows, names, strict=True):
         speedup = row.get("meshslice_speedup")
         if row["step_time_s"] is None:  # no configuration: the CSV's error column says why
             numbers = f"{'-':>9} {'-':>6} {'-':>6} {'':>11}"
@@ -123,8 +132,7 @@ def headline_table(rows: list[dict[str, Any]]) -> str:
             numbers = (f"{row['step_time_s']:>9.3f} {100 * (row['mfu'] or 0):>5.1f}% "
                        f"{100 * (row['hfu'] or 0):>5.1f}% "
                        f"{'' if speedup is None or row['algorithm'] == 'meshslice' else f'{100 * speedup:+.1f}%':>11}")
-        lines.append(f"{row['model']:<22} {row['memory']:<9} {row['algorithm']:<11} {row['mesh'] or '-':<7} "
-                     + numbers)
+        lines.append(f"{row['model']:<22} {row['memory']:<9} {algorithm:<{wide}} {mesh:<{long}} " + numbers)
     for model, memory in dict.fromkeys((r["model"], r["memory"]) for r in rows):
         first = next(r for r in rows if (r["model"], r["memory"]) == (model, memory))
         if first.get("speedup_vs_best_other_2d") is not None:

@@ -298,7 +298,14 @@ def _tune_every_algorithm(request: TuneRequest, context: Context | None, progres
 def _tune_every_zero_stage(request: TuneRequest, context: Context | None, progress: Callable[[str], None] | None,
                            tracer: Tracer | None, jobs: int) -> TuneResult:
     """Tune at each ZeRO stage in turn and keep the fastest best choice (ties: the lower stage); its notes list
-    every stage's best step (or why it had none). A layout of one replica is the same at every stage."""
+    every stage's best step (or why it had none). A layout of one replica is the same at every stage, so where no
+    layout has more than one (``dp`` 1, or a profile without data axes) it is tuned once."""
+    from tpusim.collectives.network import takes_data_axis
+
+    if request.dp == 1 or not takes_data_axis(request_hardware(request, context)):
+        result = run_tune(request.model_copy(update={"zero_stage": 1}), context, progress, tracer, jobs=jobs)
+        result.notes.append("zero_stage any: every layout has one replica per slice, which no ZeRO stage changes")
+        return result
     return _tune_fastest(request, "zero_stage", list(ZERO_STAGES), _Variants(
         progress="tuning at ZeRO stage {}", label="stage {}", shown=lambda choice: choice.layout,
         none="no ZeRO stage",

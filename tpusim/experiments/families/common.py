@@ -11,9 +11,12 @@ MODELS = ("gpt3-175b", "megatron-nlg-530b-ms")
 # the MeshSlice paper's abstract; docs/validation.md#known-differences-from-the-meshslice-paper
 PAPER_SPEEDUP = MappingProxyType({"gpt3-175b": 0.120, "megatron-nlg-530b-ms": 0.234})
 TWO_D = ("collective", "wang", "summa", "cannon")
-ALGORITHM_ORDER = ("collective", "wang", "summa", "cannon", "meshslice", "tp1d", "fsdp")
+BASELINE = "all"
+"""A tune point of ``algorithm: all`` (with ``zero_stage: any`` and ``dp`` free): the practitioner's baseline, the
+best layout of any kind the tuner finds (FSDP, FSDP x tensor, D x R x C at every ZeRO stage, every algorithm)."""
+ALGORITHM_ORDER = ("collective", "wang", "summa", "cannon", "meshslice", "tp1d", "fsdp", BASELINE)
 COLOURS = MappingProxyType({"collective": "#4c72b0", "wang": "#dd8452", "summa": "#55a868", "cannon": "#c44e52",
-           "meshslice": "#8172b3", "tp1d": "#937860", "fsdp": "#da8bc3"})
+           "meshslice": "#8172b3", "tp1d": "#937860", "fsdp": "#da8bc3", BASELINE: "#8c8c8c"})
 
 
 def best_of(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -33,7 +36,9 @@ NOTE_FONTSIZE = 8
 ALGORITHM_NOTE = ("Algorithms: collective = all-gather, local GeMM, reduce-scatter (the GSPMD baseline); "
                   "wang = Wang et al. collective matmul in 2D; summa = SUMMA; cannon = Cannon's algorithm (square "
                   "meshes only); meshslice = MeshSlice; tp1d = 1D (Megatron-style) tensor parallelism on a P x 1 "
-                  "mesh. Mesh R x C = rows x columns of chips.")
+                  "mesh; all = the best layout of any kind the tuner finds (every algorithm, and where the profile "
+                  "takes data axes every D x R x C layout at every ZeRO stage: FSDP, FSDP x tensor, data x tensor). "
+                  "Mesh R x C = rows x columns of chips.")
 
 
 def _pyplot() -> Any:

@@ -11,6 +11,7 @@ from tpusim.config.requests import StepRequest
 from tpusim.experiments.families.common import (
     ALGORITHM_NOTE,
     ALGORITHM_ORDER,
+    BASELINE,
     CLIPPED_NOTE,
     COLOURS,
     MEMORY_NOTE,
@@ -40,6 +41,8 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "model": point["model"], "memory": memory, "algorithm": point["algorithm"],
             "hardware": point["hardware"], "mesh": best["mesh"] if best else "",
+            "layout": best.get("layout", "") if best else "",
+            "chosen_algorithm": result.get("algorithm") if best else None,
             "slices": best["slices"] if best else None, "dataflows": best["dataflows"] if best else None,
             "recompute": result.get("recompute") if best else None,
             "microbatches": result.get("microbatches") if best else None,
@@ -76,7 +79,8 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         bars = ax.bar(names, totals, color=[COLOURS[n] for n in names])
         labels = []
         for row in ordered:
-            text = f"{row['mesh']}"
+            text = (f"{row['chosen_algorithm']}\n{row['layout']}" if row["algorithm"] == BASELINE
+                    else f"{row['mesh']}")
             if row["algorithm"] != "meshslice" and row["meshslice_speedup"] is not None:
                 percent = 100 * row["meshslice_speedup"]
                 text += f"\nMS {percent:+.1f}%" if abs(percent) < 100 else f"\nMS {percent:+.0f}%"
@@ -99,7 +103,8 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_xlabel("algorithm (each at its own tuned mesh, slices and dataflows)")
         ax.set_ylabel("step time (s)")
         ax.grid(True, axis="y", alpha=0.3)
-    note = (MEMORY_NOTE + " Above each bar: the tuned mesh (R x C) and, for the other algorithms, MS +x% = "
+    note = (MEMORY_NOTE + " Above each bar: the tuned mesh (R x C; for all, the algorithm and named layout "
+            "chosen) and, for the other algorithms, MS +x% = "
             "MeshSlice speedup over that algorithm, T_alg / T_MeshSlice - 1 (positive: MeshSlice is faster). "
             "Titles: MeshSlice's speedup over the fastest other 2D algorithm, simulated here and as claimed in the "
             "paper. "

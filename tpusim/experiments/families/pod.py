@@ -1,7 +1,9 @@
-"""The pod family: MeshSlice with data parallelism on 256 to 4096 TPUv4 chips, each layout D x R x C tuned.
+"""The pod family: MeshSlice with data parallelism on 256 to 4096 TPUv4 chips and on two 4096-chip pods over DCN,
+each layout D x R x C tuned, beside the practitioner's baseline (the best layout of any kind).
 
-One row per model and chip count: the tuner's best layout and its step split into compute, exposed tensor-parallel
-communication, exposed data-parallel communication and idle; the figure stacks those four parts per chip count.
+One row per model, chip count and algorithm (``meshslice`` or ``all``, the baseline): the tuner's best layout and
+its step split into compute, exposed tensor-parallel communication, exposed data-parallel communication (over the
+replicas and across slices) and idle; the figure stacks those four parts per chip count and algorithm.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tpusim.experiments.families.common import (
+    BASELINE,
     MEMORY_NOTE,
     memory_label,
     panel_figure,
@@ -47,8 +50,10 @@ def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         point, best = entry["point"], step_of(entry)
         result = entry.get("result") or {}
         row: dict[str, Any] = {
-            "model": point["model"], "memory": memory_label(point), "chips": point["chips"],
-            "batch": point["batch"] or point["chips"], "layout": "", "data_parallel": None, "rows": None,
+            "model": point["model"], "memory": memory_label(point), "algorithm": point["algorithm"],
+            "chosen_algorithm": None, "chips": point["chips"], "dcn_data": point.get("dcn_data", 1),
+            "batch": point["batch"] or point["chips"], "layout": "", "named_layout": "", "data_parallel": None,
+            "rows": None,
             "columns": None, "step_time_s": None, "mfu": None, "hfu": None, "compute_s": None,
             "exposed_tensor_comm_s": None, "exposed_data_comm_s": None, "idle_s": None, "memory_gb_per_chip": None,
             "zero_stage": point["zero_stage"], "recompute": None, "microbatches": None, "slices": None,
@@ -58,7 +63,9 @@ def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             data, tensor_rows, tensor_columns = _sides(best["mesh"], best["data_parallel"])
             exposed = best["exposed_comm_s"]
             row.update({
-                "layout": best["mesh"], "data_parallel": data, "rows": tensor_rows, "columns": tensor_columns,
+                "chosen_algorithm": result.get("algorithm"), "layout": best["mesh"],
+                "named_layout": best.get("layout", ""), "data_parallel": data, "rows": tensor_rows,
+                "columns": tensor_columns,
                 "step_time_s": best["step_time_s"], "mfu": best["mfu"], "hfu": best["hfu"],
                 "compute_s": best["compute_s"],
                 "exposed_tensor_comm_s": exposed - best["exposed_data_comm_s"],
@@ -72,6 +79,13 @@ def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             })
         rows.append(row)
     return rows
+
+
+def _tick(row: dict[str, Any], named: bool) -> str:
+    count = row.get("dcn_data") or 1
+    slices = f" = {count} x {row['chips'] // count}" if count > 1 else ""
+    algorithm = ("\nall" if row.get("algorithm") == BASELINE else "\nMS") if named else ""
+    return f"{row['chips']}{slices}{algorithm}"
 
 
 def _batch_note(rows: list[dict[str, Any]]) -> str:
@@ -90,7 +104,8 @@ def _memory_note(rows: list[dict[str, Any]]) -> str:
 def _pod_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, axes, panels = panel_figure(rows, width=7.0, height=4.8)
     for ax, (panel, panel_rows) in zip(axes, panels.items(), strict=False):
-        ordered = sorted(panel_rows, key=lambda r: r["chips"])
+        # rows drawn again from an earlier run's table may predate the algorithm and dcn_data columns
+        ordered = sorted(panel_rows, key=lambda r: (r["chips"], r.get("algorithm") == BASELINE))
         positions = list(range(len(ordered)))
         bottoms = [0.0] * len(ordered)
         for field, colour, label in POD_PARTS:
@@ -104,18 +119,23 @@ def _pod_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
                 text, height = "no result\n(see error)", 0.0
             else:
                 text, height = f"{row['layout']}\nMFU {100 * row['mfu']:.1f}%", total
+                if row.get("algorithm") == BASELINE:
+                    text = f"{row['chosen_algorithm']}\n" + text
                 if row["data_parallel"] and row["data_parallel"] > 1:  # often too thin to see as a bar part
                     text += f"\nDP {row['exposed_data_comm_s']:.3f} s"
             ax.annotate(text, (position, height), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=8)
-        ax.set_xticks(positions, [str(r["chips"]) for r in ordered])
-        ax.set_xlabel("chips")
+        named = len({r.get("algorithm") for r in ordered}) > 1  # MS / all under each count once both are drawn
+        ax.set_xticks(positions, [_tick(r, named) for r in ordered], fontsize=7 if named else None)
+        ax.set_xlabel("chips (MS: MeshSlice; all: the best layout of any kind)")
         ax.set_ylabel("time per step (s)")
         ax.set_title(panel, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-    stages = sorted({r["zero_stage"] for r in rows if r["zero_stage"] is not None})
+    stages = sorted({r["zero_stage"] for r in rows if isinstance(r["zero_stage"], int)})
     zero = "; ".join(f"ZeRO stage {stage} ({ZERO_SHARDS.get(stage, 'unknown stage')})" for stage in stages)
-    note = ("Each bar: one training step of MeshSlice at the best layout the tuner found for that chip count, "
+    note = ("Each bar: one training step of MeshSlice (MS) or of the best layout of any kind (all: every "
+            "algorithm at every ZeRO stage, its algorithm named above the bar) at the best layout the tuner found "
+            "for that chip count (x S: S slices over DCN, the layout that of each slice), "
             "written above it as D x R x C (D data-parallel replicas, each an R x C tensor-parallel mesh; R x C "
             "alone when D = 1) with its MFU (model FLOPs over the peak FLOP/s of all chips) and, when D > 1, "
             "DP = its exposed data-parallel communication in seconds (often too thin to see). The step is split "
@@ -129,5 +149,5 @@ def _pod_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note, legend=shared_legend(axes), legend_columns=2)
 
 
-POD = Family("pod", "TPUv4 pods: MeshSlice with data parallelism, best layout D x R x C (batch = chips)",
+POD = Family("pod", "TPUv4 pods: MeshSlice with data parallelism and the best layout of any kind (batch = chips)",
              _pod_rows, _pod_plot)

@@ -30,7 +30,9 @@ def _tuned_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({
             "model": point["model"], "memory": memory_label(point), "algorithm": point["algorithm"],
             "chips": point["chips"], "batch": point["batch"] or point["chips"],
-            "mesh": best["mesh"] if best else "", "step_time_s": best["step_time_s"] if best else None,
+            "mesh": best["mesh"] if best else "", "layout": best.get("layout", "") if best else "",
+            "chosen_algorithm": result.get("algorithm") if best else None,
+            "step_time_s": best["step_time_s"] if best else None,
             "mfu": best["mfu"] if best else None, "hfu": best.get("hfu") if best else None,
             "recompute": result.get("recompute") if best else None,
             "microbatches": result.get("microbatches") if best else None,
