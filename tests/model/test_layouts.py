@@ -188,12 +188,16 @@ def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
     assert (many.named_layout, many.chips, many.zero_stage) == ("dcn_data=2,fsdp=4,tensor=4x4", 128, 3)
 
 
-@pytest.mark.parametrize("layout, algorithm", [("dcn_data=2,fsdp=4,tensor=4x4", "collective"),
-                                               ("dcn_data=4,fsdp=64", "fsdp"), ("dcn_data=2,fsdp=16,tensor=4", "tp1d")])
-def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str) -> None:
-    """A representative chip stands for its host-mates on the host links: with the DCN slowed until it is a large
-    part of the step, the step, its exposed DCN time and its compute equal those of the run of every chip."""
-    fields = {**COMMON, "algorithm": algorithm, "batch": 256, "scale": {"dcn": 0.01}}
+@pytest.mark.parametrize("layout, algorithm, topology", [
+    ("dcn_data=2,fsdp=4,tensor=4x4", "collective", "4x4x4"), ("dcn_data=4,fsdp=64", "fsdp", "4x4x4"),
+    ("dcn_data=2,fsdp=16,tensor=4", "tp1d", "4x4x4"),
+    ("dcn_data=4,tensor=1x1", "collective", "1x1x1"),  # slices of one chip, smaller than a host of 4
+])
+def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str, topology: str) -> None:
+    """A representative chip stands for its host-mates on the host links (no more than its slice has): with the
+    DCN slowed until it is a large part of the step, the step, its exposed DCN time and its compute equal those of
+    the run of every chip."""
+    fields = {**COMMON, "algorithm": algorithm, "batch": 256, "scale": {"dcn": 0.01}, "topology": topology}
     full = tp.step(layout=layout, fidelity="full", **fields)
     symmetric = tp.step(layout=layout, fidelity="symmetric", **fields)
     assert symmetric.fidelity == "symmetric"

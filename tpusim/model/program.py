@@ -336,7 +336,9 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
         dcn = network.hardware.slice_network
         if dcn is None:
             raise ValueError("DCN slices need a profile with a dcn block")
+        # a slice smaller than a host (a v4 slice of one chip) has only its own chips on its host
         runtime.dcn = DcnFabric(sim.env, dcn, dcn_slices, on_span=runtime.dcn_spent,
+                                chips_per_host=min(dcn.chips_per_host, network.mapping.num_chips),
                                 stand_in=representatives is not None)
     timelines: dict[int, Timeline] = {}
     traffic: dict[int, _HostTraffic] = {}
