@@ -96,7 +96,7 @@ CASES = {
                              "layout 'data=2,fsdp=4,tensor=8x1' has both data and fsdp above 1 on ICI, which is not "
                              "supported (one data-parallel axis per slice); use one of them"),
     "a zero stage against fsdp": ([*STEP, "--layout", "fsdp=4,tensor=4x4", "--zero-stage", "1"],
-                                  "zero_stage 1 disagrees with layout 'fsdp=4,tensor=4x4', whose fsdp axis is ZeRO "
+                                  "zero_stage 1 disagrees with layout 'fsdp=4,tensor=4x4', whose fsdp axes are ZeRO "
                                   "stage 3; drop zero_stage or use data="),
     "the product against --chips": ([*STEP, "--layout", "fsdp=4,tensor=4x4", "--chips", "128"],
                                     "layout 'fsdp=4,tensor=4x4' has 64 chips but chips is 128; valid: a layout whose "
@@ -206,10 +206,60 @@ def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str, t
         assert getattr(symmetric, name) == pytest.approx(getattr(full, name), rel=1e-9), name
 
 
+@pytest.mark.parametrize("slices", [2, 3, 4])
+def test_weights_sharded_across_slices_add_two_gathers_and_a_reduce_scatter(slices: int) -> None:
+    # dcn_fsdp: every block's weights are all-gathered across the slices one block ahead and its gradients
+    # reduce-scattered across them; on tpuv4-wire all hide but the first forward gather, the gather the backward
+    # pass opens with and the last bucket's reduce-scatter, each a DCN twin of one block's bf16 shard
+    many = tp.step(layout=f"dcn_fsdp={slices},tensor=4x4", batch=256 * slices, fidelity="full", **WIRE)
+    one = tp.step(mesh="4x4", batch=256, **WIRE)
+    dcn = load_hardware("tpuv4-wire").dcn
+    assert dcn is not None
+    block = -(-TINY.params_per_layer // 16)  # one block's parameters on one chip of the 4x4 mesh
+    shard = -(-block // slices) * slices * 2  # padded to equal parts across the slices, in bf16
+    gather = dcn_twin(dcn, CollectiveOp.ALL_GATHER, shard, slices)
+    scatter = dcn_twin(dcn, CollectiveOp.REDUCE_SCATTER, shard, slices)
+    assert many.step_time_s - one.step_time_s == pytest.approx(2 * gather + scatter, rel=1e-9)
+    assert (many.named_layout, many.dcn_axis, many.zero_stage) == (f"dcn_fsdp={slices},tensor=4x4", "dcn_fsdp", None)
+
+
+def test_symmetric_fidelity_is_refused_with_dcn_fsdp_and_auto_runs_full(capsys: pytest.CaptureFixture[str]) -> None:
+    """A gather across slices completes in each host's order, so groups drift apart: no representative stands for
+    them (auto runs every chip and says why)."""
+    argv = [*STEP, "--layout", "dcn_fsdp=2,tensor=16x16", "--topology", "torus:16x16", "--ignore-memory", "--json"]
+    assert main([*argv, "--fidelity", "symmetric"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == ("", ["--fidelity symmetric is not exact here: weights gathered across slices "
+                                            "(dcn_fsdp) complete at different times on a host's chips",
+                                            "use --fidelity auto or full"])
+    ran = tp.step(**{**COMMON, "layout": "dcn_fsdp=2,fsdp=4,tensor=4x4", "batch": 128, "algorithm": "collective"})
+    assert ran.fidelity == "full"
+    assert "fidelity auto chose full: weights gathered across slices (dcn_fsdp) complete at different times on a " \
+           "host's chips" in ran.notes
+
+
+@pytest.mark.parametrize("across", ["dcn_fsdp", "dcn_data"])
+def test_memory_of_slices_that_shard_or_replicate_the_state(across: str) -> None:
+    """dcn_fsdp shards the state over fsdp x S (ZeRO 3); dcn_data replicates it, one slice's on its share."""
+    result = tp.step(**{**COMMON, "layout": f"{across}=2,fsdp=4,tensor=4x4", "batch": 128})
+    fsdp = 4 * 2 if across == "dcn_fsdp" else 4
+    state = TINY.params_per_layer * TINY.layers * _state_formula(16.0, fsdp, 1, 3) / 16
+    s, b, h, a = TINY.sequence, 128 // (2 * 4), TINY.hidden, TINY.heads
+    activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / 16  # recompute none (memory ignored)
+    assert result.memory_bytes_per_chip == pytest.approx(state + activations, rel=1e-12)
+
+
 DCN_CASES = {
-    "dcn_fsdp": ([*STEP, "--layout", "dcn_fsdp=2,tensor=16x16"],
-                 "layout 'dcn_fsdp=2,tensor=16x16' has dcn_fsdp above 1, which step does not simulate (weights "
-                 "sharded across slices); use dcn_data"),
+    "dcn_data and dcn_fsdp": ([*STEP, "--layout", "dcn_data=2,dcn_fsdp=2,tensor=16x16"],
+                              "layout 'dcn_data=2,dcn_fsdp=2,tensor=16x16' has both dcn_data and dcn_fsdp above 1, "
+                              "which is not supported (one axis across slices); use one of them"),
+    "dcn_fsdp beside an ICI data axis": ([*STEP, "--layout", "dcn_fsdp=2,data=4,tensor=8x8"],
+                                         "layout 'dcn_fsdp=2,data=4,tensor=8x8' shards weights across slices "
+                                         "(dcn_fsdp) but replicates them over its ICI data axis, which is not "
+                                         "supported; use fsdp= on ICI"),
+    "a zero stage against dcn_fsdp": ([*STEP, "--layout", "dcn_fsdp=2,tensor=16x16", "--zero-stage", "1"],
+                                      "zero_stage 1 disagrees with layout 'dcn_fsdp=2,tensor=16x16', whose fsdp axes "
+                                      "are ZeRO stage 3; drop zero_stage or use data="),
     "a calibrated profile": (["step", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--layout",
                               "dcn_data=2,tensor=16x16"],
                              "layout 'dcn_data=2,tensor=16x16' joins 2 slices over DCN, which profile 'meshslice-sim' "

@@ -103,10 +103,13 @@ def parse_layout(text: str) -> NamedLayout:
     return NamedLayout(rows=tensor[0], cols=tensor[1], **sizes)
 
 
-def layout_name(data: int, rows: int, cols: int, zero_stage: int, dcn_data: int = 1) -> str:
-    """The named layout of a D x R x C mesh at ``zero_stage`` (on each of ``dcn_data`` slices): D replicas at
-    ZeRO 3 are an fsdp axis (the same mechanism), at a lower stage a data axis."""
+def layout_name(data: int, rows: int, cols: int, zero_stage: int, dcn_slices: int = 1, *, sharded: bool = False
+                ) -> str:
+    """The named layout of a D x R x C mesh at ``zero_stage`` on each of ``dcn_slices`` slices (``sharded``: a
+    dcn_fsdp axis, else dcn_data): D replicas at ZeRO 3 are an fsdp axis (the same mechanism), at a lower stage a
+    data axis."""
     axis = "fsdp" if zero_stage >= FSDP_ZERO_STAGE else "data"
     sizes = {axis: data} if data > 1 else {}
-    return NamedLayout(**sizes, rows=rows, cols=cols, dcn_data=dcn_data).name
+    across = {"dcn_fsdp": dcn_slices} if sharded else {"dcn_data": dcn_slices}
+    return NamedLayout(**sizes, rows=rows, cols=cols, **across).name
 

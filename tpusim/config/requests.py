@@ -525,8 +525,8 @@ class StepRequest(_Algorithm):
     mesh: Mesh = Field(None, description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d), "
                        "or DxRxC for D data-parallel replicas; give this or layout")  # type: ignore[assignment]
     layout: str | None = Field(None, description="named layout instead of mesh: name=value,... with data, fsdp "
-                               "(ZeRO 3 replicas), tensor (T or RxC) on a slice's ICI and dcn_data (slices over "
-                               "DCN), e.g. 'fsdp=16,tensor=8' or 'dcn_data=2,fsdp=4,tensor=4x4'")
+                               "(ZeRO 3 replicas), tensor (T or RxC) on a slice's ICI and dcn_data or dcn_fsdp "
+                               "(slices over DCN), e.g. 'fsdp=16,tensor=8' or 'dcn_data=2,fsdp=4,tensor=4x4'")
     slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_limited("slices")))] = Field(
         None, description="MeshSlice K: one for all four FF layers, or K1,K2,K3,K4 (default: the fastest per layer)")
     dataflows: Annotated[DataflowName | list[DataflowName] | None,
@@ -590,9 +590,12 @@ class StepRequest(_Algorithm):
         if layout.data > 1 and layout.fsdp > 1:
             raise problem(f"layout {layout.name!r} has both data and fsdp above 1 on ICI, which is not supported "
                           "(one data-parallel axis per slice); use one of them", style=Problem.PLAIN)
-        if layout.dcn_fsdp > 1:
-            raise problem(f"layout {layout.name!r} has dcn_fsdp above 1, which step does not simulate (weights "
-                          "sharded across slices); use dcn_data", style=Problem.PLAIN)
+        if layout.dcn_fsdp > 1 and layout.dcn_data > 1:
+            raise problem(f"layout {layout.name!r} has both dcn_data and dcn_fsdp above 1, which is not supported "
+                          "(one axis across slices); use one of them", style=Problem.PLAIN)
+        if layout.dcn_fsdp > 1 and layout.data > 1:
+            raise problem(f"layout {layout.name!r} shards weights across slices (dcn_fsdp) but replicates them over "
+                          "its ICI data axis, which is not supported; use fsdp= on ICI", style=Problem.PLAIN)
         chips = values.get("chips")
         if chips is not None and str(chips).strip().isdigit() and int(str(chips).strip()) != layout.chips:
             raise problem(f"layout {layout.name!r} has {layout.chips} chips but chips is {int(str(chips).strip())}; "
@@ -600,18 +603,23 @@ class StepRequest(_Algorithm):
         values = {**values, "mesh": layout.mesh, "layout": layout.name}
         if layout.slices > 1:
             values.pop("chips", None)  # checked against the whole layout above; the mesh is one slice's
-        if layout.fsdp > 1:
+        if layout.fsdp > 1 or layout.dcn_fsdp > 1:
             stage = values.get("zero_stage")
             if stage is not None and _zero_stage(stage) != FSDP_ZERO_STAGE:
-                raise problem(f"zero_stage {stage} disagrees with layout {layout.name!r}, whose fsdp axis is ZeRO "
+                raise problem(f"zero_stage {stage} disagrees with layout {layout.name!r}, whose fsdp axes are ZeRO "
                               f"stage {FSDP_ZERO_STAGE}; drop zero_stage or use data=", style=Problem.PLAIN)
             values["zero_stage"] = FSDP_ZERO_STAGE
         return values
 
     @property
     def dcn_slices(self) -> int:
-        """Slices joined over DCN by the layout's dcn_data axis (1 without a layout or DCN axis)."""
-        return parse_layout(self.layout).dcn_data if self.layout is not None else 1
+        """Slices joined over DCN by the layout's dcn_data or dcn_fsdp axis (1 without a layout or DCN axis)."""
+        return parse_layout(self.layout).slices if self.layout is not None else 1
+
+    @property
+    def dcn_sharded(self) -> bool:
+        """Whether the slices shard the model state (a dcn_fsdp axis) rather than replicate it (dcn_data)."""
+        return self.layout is not None and parse_layout(self.layout).dcn_fsdp > 1
 
     @model_validator(mode="before")
     @classmethod

@@ -165,7 +165,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     window into ``tracer``, docs/results.md#traces). ``progress`` hears (what, done, in all): each FF layer's
     slice count chosen, then the step simulated."""
     from tpusim.gemm.registry import get_algorithm
-    from tpusim.model.memory import plan_memory
+    from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
     from tpusim.model.step import StepSpec, simulate_step
 
@@ -190,11 +190,11 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                               f"choose a batch that is a multiple of {slices_over_dcn}")
     prefetch = _prefetch(profile, request.prefetch)
     budget = prefetch_budget(prefetch, request.prefetch_budget)
-    # each slice of a dcn_data axis trains its share of the batch with replicated model state
-    memory = plan_memory(transformer, mapping.num_chips, batch // slices_over_dcn, request.recompute,
-                         request.microbatches,
+    chips, share, replicas = slice_memory_shape(mapping.num_chips, batch, mapping.data, slices_over_dcn,
+                                                request.dcn_sharded)
+    memory = plan_memory(transformer, chips, share, request.recompute, request.microbatches,
                          profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=mapping.data, zero_stage=request.zero_stage,
+                         reserved_bytes=budget, data_parallel=replicas, zero_stage=request.zero_stage,
                          embedding=request.embedding, remat_save=frozenset(request.remat_save),
                          remat_offload=frozenset(request.remat_offload))
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
@@ -204,7 +204,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                     optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
                     prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
                     remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
-                    dcn_slices=slices_over_dcn)
+                    dcn_slices=slices_over_dcn, dcn_sharded=request.dcn_sharded)
     if slices is None and algorithm.uses_slices:
         # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
         from tpusim.tuning.slices import best_slices

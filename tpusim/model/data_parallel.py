@@ -17,9 +17,12 @@ of every replica hold the same shard of every weight, so they synchronise it ove
   embedding's gradient is complete (after its backward, before the optimizer update), and under ZeRO >= 1 one more
   gather, before the embedding lookup.
 
-- **across slices** (``dcn_slices`` S > 1, the layout's ``dcn_data`` axis): each gradient bucket, once reduce-
-  scattered over the data axis (or whole, without one), is all-reduced with the same chip of the other S - 1
-  slices over the data-centre network (``tpusim.collectives.dcn``); the slices keep replicated model state.
+- **across slices** (``dcn_slices`` S > 1): over a ``dcn_data`` axis each gradient bucket, once reduce-scattered
+  over the data axis (or whole, without one), is all-reduced with the same chip of the other S - 1 slices over
+  the data-centre network (``tpusim.collectives.dcn``), and the slices keep replicated model state. Over a
+  ``dcn_fsdp`` axis the state is sharded over D x S (ZeRO 3): the bucket's shard is reduce-scattered across the
+  slices instead, and each weight gather first all-gathers this chip's shard from the S slices' parts, then over
+  the data axis as before.
 
 One bucket per block and one block of lookahead are ASSUMPTIONS (frameworks choose bucket sizes and prefetch
 depths; docs/workloads.md#data-parallelism). The collectives share the chip's overlap limits with the tensor-
@@ -42,6 +45,7 @@ __all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "data_pa
 
 GRADIENTS = "dp.grads"
 WEIGHTS = "dp.weights"
+FSDP_STAGE = 3  # sharding across slices is ZeRO 3 (tpusim.config.layout.FSDP_ZERO_STAGE)
 SYNCED_DTYPE = "bf16"  # gradients and weights cross the data axis in bf16 (model.memory's WEIGHT/GRADIENT_BYTES)
 
 
@@ -53,7 +57,8 @@ class DataSyncOp:
     collective: CollectiveOp | None  # over the data axis; None: nothing on it (a layout of one replica per slice)
     elements: int  # bf16 elements this chip passes in
     target: int
-    dcn_elements: int = 0  # bf16 elements then all-reduced across slices over DCN (0: none)
+    dcn_elements: int = 0  # bf16 elements of the tensor that crosses the slices over DCN (0: none)
+    dcn_collective: CollectiveOp = CollectiveOp.ALL_REDUCE  # what runs across the slices
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +87,8 @@ class DataParallelPlan:
     block_elements: int  # parameters of one block on this chip (its tensor-parallel shard)
     accumulating: bool = False  # a micro-step before the last of gradient accumulation
     embedding_elements: int = 0  # parameters of the (tied) embedding and LM head on this chip; 0: not in the step
-    dcn_slices: int = 1  # slices joined over DCN (the dcn_data axis); their gradients are all-reduced across
+    dcn_slices: int = 1  # slices joined over DCN (a dcn_data or dcn_fsdp axis)
+    dcn_sharded: bool = False  # dcn_fsdp: the slices shard the state (ZeRO 3 over D x S), else they replicate it
 
     def _elements(self, block: int) -> int:
         """This chip's parameters of ``block`` (-1: the embedding and LM head)."""
@@ -90,49 +96,62 @@ class DataParallelPlan:
 
     def _padded(self, block: int) -> int:
         """``block``'s elements rounded up to a multiple of D, so every replica holds an equal part."""
-        return math.ceil(self._elements(block) / self.degree) * self.degree
+        return math.ceil(self._elements(block) / self.shards) * self.shards
+
+    @property
+    def shards(self) -> int:
+        """How many parts the state of a chip's tensor-parallel shard is cut into: D, times S across sharding
+        slices."""
+        return self.degree * (self.dcn_slices if self.dcn_sharded else 1)
 
     @property
     def syncs_gradients(self) -> bool:
         """Whether this step sends its gradients: always but in an accumulating micro-step that can keep whole
         gradients (ZeRO 0 and 1; stages 2 and 3 keep only a 1/D shard, so every micro-step reduce-scatters)."""
-        return not self.accumulating or (self.degree > 1 and self.zero_stage >= 2)
+        return not self.accumulating or (self.shards > 1 and self.zero_stage >= 2)
 
     def gradients(self, block: int) -> DataSyncOp:
-        """The bucket of ``block``'s gradients, sent when its backward pass ends (then, across slices, its shard)."""
-        dcn = self.dcn_slices > 1
+        """The bucket of ``block``'s gradients, sent when its backward pass ends (then, across slices, its shard:
+        all-reduced over dcn_data, reduce-scattered over dcn_fsdp)."""
+        across = CollectiveOp.REDUCE_SCATTER if self.dcn_sharded else CollectiveOp.ALL_REDUCE
         if self.degree == 1:
-            return DataSyncOp(GRADIENTS, None, self._elements(block), block, self._elements(block))
+            whole = self._padded(block)
+            return DataSyncOp(GRADIENTS, None, whole, block, whole, across)
         if self.zero_stage >= 1:
             padded = self._padded(block)
             return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, padded, block,
-                              padded // self.degree if dcn else 0)
+                              padded // self.degree if self.dcn_slices > 1 else 0, across)
         return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self._elements(block), block)
 
     def weights(self, block: int) -> DataSyncOp:
-        """The all-gather of ``block``'s weights from their D shards."""
-        return DataSyncOp(WEIGHTS, CollectiveOp.ALL_GATHER, self._padded(block) // self.degree, block)
+        """The all-gather of ``block``'s weights from their D shards; over dcn_fsdp first from the S slices' parts
+        of this chip's shard (``dcn_elements``: the shard gathered across them)."""
+        shard = self._padded(block) // self.degree
+        collective = CollectiveOp.ALL_GATHER if self.degree > 1 else None
+        return DataSyncOp(WEIGHTS, collective, shard, block, shard if self.dcn_sharded else 0,
+                          CollectiveOp.ALL_GATHER)
 
     @property
     def gathers_forward(self) -> bool:
         """Whether weights are all-gathered before the forward pass (ZeRO 1, 2 after the update, so once per step;
         3 before every use)."""
-        return self.degree > 1 and (self.zero_stage >= 3 or (self.zero_stage >= 1 and not self.accumulating))
+        return self.shards > 1 and (self.zero_stage >= 3 or (self.zero_stage >= 1 and not self.accumulating))
 
     @property
     def gathers_backward(self) -> bool:
         """Whether weights are all-gathered again before the backward pass (ZeRO 3 frees them after use)."""
-        return self.degree > 1 and self.zero_stage >= 3
+        return self.shards > 1 and self.zero_stage >= 3
 
     @property
     def optimizer_share(self) -> float:
-        """The part of the chip's shard whose optimizer update this chip runs (1/D once the state is sharded)."""
-        return 1.0 / self.degree if self.zero_stage >= 1 else 1.0
+        """The part of the chip's shard whose optimizer update this chip runs (1/D, or 1/(D S) over dcn_fsdp, once
+        the state is sharded)."""
+        return 1.0 / self.shards if self.zero_stage >= 1 else 1.0
 
 
 def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
                        accumulating: bool = False, embedding: bool = False,
-                       dcn_slices: int = 1) -> DataParallelPlan | None:
+                       dcn_slices: int = 1, dcn_sharded: bool = False) -> DataParallelPlan | None:
     """The data-parallel part of a step of ``degree`` replicas of ``mesh`` in each of ``dcn_slices`` slices (None
     for a single replica on one slice); ``embedding``: the step includes the embedding and LM head (one tied
     matrix over the padded vocabulary, or the embedding table and the LM head matrix when untied, synchronised as
@@ -146,5 +165,7 @@ def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: i
     chips = mesh[0] * mesh[1]
     tied = (math.ceil(model.embedding_matrices * padded_vocabulary(model, mesh) * model.hidden / chips)
             if embedding else 0)
+    if dcn_sharded and stage < FSDP_STAGE:
+        raise UserError(f"slices that shard the model state (dcn_fsdp) need ZeRO stage {FSDP_STAGE}, not {stage}")
     return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied,
-                            dcn_slices)
+                            dcn_slices, dcn_sharded and dcn_slices > 1)

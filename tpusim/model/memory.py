@@ -119,6 +119,16 @@ def layout_state_bytes_per_param(bytes_per_param: float, fsdp: int, data: int, z
     return state_bytes_per_param(bytes_per_param, data, zero_stage if data > 1 else 0) / fsdp
 
 
+def slice_memory_shape(chips: int, batch: int, data: int, slices: int, sharded: bool) -> tuple[int, int, int]:
+    """(chips, batch, data-parallel replicas) whose memory per chip is that of a layout of ``slices`` slices of
+    ``chips`` chips with ``data`` replicas each: slices that shard the model state (dcn_fsdp) are one slice of
+    ``slices`` times the chips and replicas; slices that replicate it (dcn_data) are one slice on its share of
+    the batch."""
+    if sharded:
+        return chips * slices, batch, data * slices
+    return chips, batch // slices, data
+
+
 def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: Recompute,
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,

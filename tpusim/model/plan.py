@@ -76,7 +76,8 @@ class StepSpec:
     accumulating: bool = False  # a micro-step before the last of gradient accumulation (model.data_parallel)
     remat_save: frozenset[Activation] = frozenset()  # under recompute custom: saved in HBM (model.remat)
     remat_offload: frozenset[Activation] = frozenset()  # under recompute custom: kept in host memory
-    dcn_slices: int = 1  # slices joined over DCN by a dcn_data axis, gradients all-reduced across them
+    dcn_slices: int = 1  # slices joined over DCN by a dcn_data or dcn_fsdp axis
+    dcn_sharded: bool = False  # dcn_fsdp: the slices shard the model state (weights gathered across them)
 
     @property
     def tokens(self) -> int:
@@ -193,7 +194,8 @@ def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
     replica's batch)."""
     forward, backward, violations = plan_block(spec, mesh)
     synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating,
-                                embedding=spec.embedding, dcn_slices=spec.dcn_slices)
+                                embedding=spec.embedding, dcn_slices=spec.dcn_slices,
+                                dcn_sharded=spec.dcn_sharded)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()

@@ -280,14 +280,23 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
 
 
 def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:
-    """Start the data-parallel collective ``op`` over the data axis, then (where it has some) its all-reduce
-    across slices over DCN."""
+    """Start the data-parallel collective ``op``: a gradient bucket over the data axis, then (where it has some)
+    across slices over DCN; a weight gather across sharding slices first, then over the data axis."""
+    nbytes = op.dcn_elements * dtype_bytes(SYNCED_DTYPE)
+    if op.name == WEIGHTS and op.dcn_elements:
+        across = dev.runtime.dcn_collective(dev.chip_id, op.dcn_collective, nbytes, None)
+        return across if op.collective is None else dev.runtime.sim.env.process(_then_ici(dev, op, across))
     ici = _sync_ici(dev, op) if op.collective is not None else None
     if not op.dcn_elements:
         assert ici is not None, "a data-parallel op moves something"
         return ici
-    nbytes = op.dcn_elements * dtype_bytes(SYNCED_DTYPE)
-    return dev.runtime.dcn_collective(dev.chip_id, CollectiveOp.ALL_REDUCE, nbytes, ici)
+    return dev.runtime.dcn_collective(dev.chip_id, op.dcn_collective, nbytes, ici)
+
+
+def _then_ici(dev: Device, op: DataSyncOp, first: simpy.Event) -> Generator[simpy.Event, Any, None]:
+    """``op`` over the data axis once ``first`` is done (the shard it gathers is complete only then)."""
+    yield first
+    yield _sync_ici(dev, op)
 
 
 def _sync_ici(dev: Device, op: DataSyncOp) -> simpy.Event:

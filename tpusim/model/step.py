@@ -31,7 +31,7 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op
-from tpusim.model.memory import estimate_memory
+from tpusim.model.memory import estimate_memory, slice_memory_shape
 from tpusim.model.plan import StepPlan, StepSpec, block_layers, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
@@ -153,6 +153,14 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for a whole step; use auto, symmetric or full")
     notes: list[str] = [why] if why else []
+    if spec.dcn_sharded and fidelity is Fidelity.SYMMETRIC:
+        # a weight gather across slices completes chip by chip in each host's order, and the ICI collectives it
+        # feeds start when their own members' parts are in: groups drift apart, so every chip runs
+        unequal = "weights gathered across slices (dcn_fsdp) complete at different times on a host's chips"
+        if spec.fidelity is Fidelity.SYMMETRIC:
+            raise InfeasibleError(f"--fidelity symmetric is not exact here: {unequal}", "use --fidelity auto or full")
+        fidelity = Fidelity.FULL
+        notes.append(f"fidelity auto chose full: {unequal}")
     reps: list[tuple[int, ...]] | None = None
     if fidelity is Fidelity.SYMMETRIC:  # with DCN slices each representative stands for its host's chips
         reps = list(representative_chips(algorithm, plan.params, network))
@@ -177,7 +185,12 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
         exposed_data = exposed_dcn = 0.0
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
-        sizes = [spec.window, spec.window + 1] if spec.extrapolate and total_layers > spec.window + 1 else [
+        # gathers across sharding slices drift apart in each host's order over many layers, so a window of two
+        # or three is no steady state: every layer runs
+        windowed = spec.extrapolate and not spec.dcn_sharded
+        if spec.extrapolate and not windowed:
+            notes.append("every layer simulated: weight gathers across slices (dcn_fsdp) settle over many layers")
+        sizes = [spec.window, spec.window + 1] if windowed and total_layers > spec.window + 1 else [
             total_layers]
         windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
@@ -216,23 +229,25 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
-    # the slices of a dcn_data axis keep replicated model state: one slice's memory, on its share of the batch
-    memory = estimate_memory(spec.model, mapping.num_chips, whole.batch // slices, spec.recompute,
+    memory_chips, share, replicas = slice_memory_shape(mapping.num_chips, whole.batch, data, slices, spec.dcn_sharded)
+    memory = estimate_memory(spec.model, memory_chips, share, spec.recompute,
                              hardware.chip.hbm_capacity, spec.bytes_per_param, reserved_bytes=spec.prefetch_budget,
-                             data_parallel=data, zero_stage=spec.zero_stage, embedding=spec.embedding,
+                             data_parallel=replicas, zero_stage=spec.zero_stage, embedding=spec.embedding,
                              remat_save=spec.remat_save, remat_offload=spec.remat_offload)
     layers_used = block_layers(spec, mesh)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
         multi_axis=hardware.multi_axis_shown, overlap_limits=hardware.limits_shown, mesh=f"{mesh[0]}x{mesh[1]}",
         data_parallel=data, zero_stage=spec.zero_stage if data > 1 else None, layout=mapping.layout,
-        named_layout=layout_name(data, mesh[0], mesh[1], spec.zero_stage, slices), chips=chips, batch=whole.batch,
+        named_layout=layout_name(data, mesh[0], mesh[1], spec.zero_stage, slices, sharded=spec.dcn_sharded),
+        chips=chips, batch=whole.batch,
         microbatches=1, layers=total_layers,
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
         step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed,
-        exposed_data_comm_s=exposed_data, dcn_slices=slices, dcn_axis="dcn_data" if slices > 1 else None,
+        exposed_data_comm_s=exposed_data, dcn_slices=slices,
+        dcn_axis=None if slices == 1 else "dcn_fsdp" if spec.dcn_sharded else "dcn_data",
         exposed_dcn_comm_s=exposed_dcn, idle_s=idle,
         hbm_stall_s=stall, per_layer=[asdict(t) for t in per_op],
         memory_bytes_per_chip=memory.total_bytes, memory_capacity_bytes=memory.capacity_bytes,
