@@ -50,6 +50,10 @@ def test_zero_stage_any_keeps_the_fastest_stage() -> None:
 
 
 BAD = {
+    "a stage that does not exist": (["--chips", "256", "--zero-stage", "5"],
+                                    "ZeRO stage 5 does not exist; valid: 0 (model state replicated), 1 (optimizer "
+                                    "state sharded over the data-parallel replicas), 2 (and gradients), 3 (and "
+                                    "weights), or any (every stage searched)"),
     "slices that do not divide the chips": (["--chips", "24", "--dcn-data", "5"],
                                             "dcn_data 5 does not divide the 24 chips; valid: a divisor of 24 (the "
                                             "slices over DCN)"),

@@ -328,7 +328,12 @@ EVERY_ZERO_STAGE = "any"
 def _zero_stage_or_any(value: Any) -> Any:
     if isinstance(value, str) and value.strip().lower() == EVERY_ZERO_STAGE:
         return EVERY_ZERO_STAGE
-    return _zero_stage(value)
+    stage = int(value.strip()) if isinstance(value, str) and value.strip().isdigit() and len(
+        value.strip()) <= LIMIT_DIGITS else value
+    try:
+        return check_zero_stage(stage)
+    except UserError as error:
+        raise problem(f"{error.message}, or {EVERY_ZERO_STAGE} (every stage searched)", style=Problem.PLAIN) from None
 
 
 TuneZeroStage = Annotated[int | Literal["any"], BeforeValidator(_zero_stage_or_any),
