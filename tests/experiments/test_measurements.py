@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.refusals import refusal
 from tpusim.cli.main import main
 from tpusim.config import TransformerModel
 from tpusim.config.requests import StepRequest
@@ -44,13 +45,6 @@ def _write(path: Path, header: list[str], body: list[list[str]]) -> None:
     out = io.StringIO(newline="")
     csv.writer(out, lineterminator="\n").writerows([header, *body])
     path.write_text(out.getvalue())
-
-
-def _refusal(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return captured.err
 
 
 # ---------------------------------------------------------------------------------------------- the table
@@ -92,7 +86,7 @@ def test_an_unknown_column_is_one_line_naming_it_and_the_valid_columns(
         in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     header, body = _rows()
     _write(in_tmp / "runs.csv", [*header, "notes"], [[*line, "x"] for line in body])
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         f"measurements file 'runs.csv': unknown column 'notes'; valid: {', '.join(COLUMNS)}\n")
 
 
@@ -100,7 +94,7 @@ def test_a_missing_column_is_one_line(in_tmp: Path, capsys: pytest.CaptureFixtur
     header, body = _rows()
     gone = header.index("step_time_s")
     _write(in_tmp / "runs.csv", header[:gone] + header[gone + 1:], [line[:gone] + line[gone + 1:] for line in body])
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv", "--json"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv", "--json"]) == (
         "measurements file 'runs.csv': missing column 'step_time_s'; valid: every column of the table "
         "(tpusim/data/measurements/README.md)\n")
 
@@ -121,14 +115,14 @@ def test_a_missing_column_is_one_line(in_tmp: Path, capsys: pytest.CaptureFixtur
 def test_a_bad_value_is_one_line_naming_row_column_value_and_what_is_valid(
         in_tmp: Path, capsys: pytest.CaptureFixture[str], column: str, value: str, says: str) -> None:
     _write(in_tmp / "runs.csv", *_edited(column, value))
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         f"measurements file 'runs.csv', row 'mt-v4-22b-1x', column {column}: {says}\n")
 
 
 def test_degrees_that_do_not_multiply_to_the_chips_are_refused(in_tmp: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     _write(in_tmp / "runs.csv", *_edited("ici_fsdp", "32"))
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         "measurements file 'runs.csv', row 'mt-v4-22b-1x', column chips_per_slice: 64 differs from ici_fsdp x "
         "ici_tensor x ici_data = 32; valid: degrees whose product is the chips they share\n")
 
@@ -137,27 +131,27 @@ def test_a_short_line_a_repeated_id_and_too_many_rows_are_refused(
         in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     header, body = _rows()
     _write(in_tmp / "runs.csv", header, [body[0][:-1]])
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         "measurements file 'runs.csv', row 1: 38 values for 39 columns; valid: one value per column (quote values "
         "with commas)\n")
     _write(in_tmp / "runs.csv", header, [body[0], body[0]])
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         "measurements file 'runs.csv': row id 'mt-v4-22b-1x' appears twice; valid: one row per id\n")
     _write(in_tmp / "runs.csv", header, body)
     monkeypatch.setenv("TPUSIM_LIMITS_MEASUREMENT_ROWS", "4")
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         "measurements file 'runs.csv' has 8 rows, which exceeds the limit of 4 rows of a measurements CSV file; "
         "valid: up to 4 (raise it with TPUSIM_LIMITS_MEASUREMENT_ROWS=N, see docs/limits.md)\n")
 
 
 def test_only_bounded_regular_files_are_read(in_tmp: Path, capsys: pytest.CaptureFixture[str],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    assert _refusal(capsys, ["validate", "--measurements", "/dev/zero"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "/dev/zero"]) == (
         "cannot read measurements file '/dev/zero': not a regular file (a device, FIFO or socket); valid: a CSV "
         "file\n")
     _write(in_tmp / "runs.csv", *_rows())
     monkeypatch.setenv("TPUSIM_LIMITS_MEASUREMENT_BYTES", "1000")
-    assert _refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
+    assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
         "measurements file 'runs.csv' is larger than the limit: its size exceeds the limit of 1000 bytes of a "
         "measurements CSV file; valid: up to 1000 (raise it with TPUSIM_LIMITS_MEASUREMENT_BYTES=N, see "
         "docs/limits.md)\n")

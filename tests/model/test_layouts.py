@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tpusim.api as tp
-from tpusim.cli.main import main
+from tests.refusals import refusal
 from tpusim.collectives.dcn import dcn_twin
 from tpusim.config import TransformerModel
 from tpusim.config.layout import NamedLayout, layout_name, parse_layout
@@ -110,10 +110,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
     argv, message = CASES[name]
-    assert main([*argv, "--json"]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.splitlines() == [message]
+    assert refusal(capsys, [*argv, "--json"]).splitlines() == [message]
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -227,11 +224,9 @@ def test_symmetric_fidelity_is_refused_with_dcn_fsdp_and_auto_runs_full(capsys: 
     """A gather across slices completes in each host's order, so groups drift apart: no representative stands for
     them (auto runs every chip and says why)."""
     argv = [*STEP, "--layout", "dcn_fsdp=2,tensor=16x16", "--topology", "torus:16x16", "--ignore-memory", "--json"]
-    assert main([*argv, "--fidelity", "symmetric"]) == 2
-    out, err = capsys.readouterr()
-    assert (out, err.splitlines()) == ("", ["--fidelity symmetric is not exact here: weights gathered across slices "
-                                            "(dcn_fsdp) complete at different times on a host's chips",
-                                            "use --fidelity auto or full"])
+    assert refusal(capsys, [*argv, "--fidelity", "symmetric"]).splitlines() == [
+        "--fidelity symmetric is not exact here: weights gathered across slices (dcn_fsdp) complete at different "
+        "times on a host's chips", "use --fidelity auto or full"]
     ran = tp.step(**{**COMMON, "layout": "dcn_fsdp=2,fsdp=4,tensor=4x4", "batch": 128, "algorithm": "collective"})
     assert ran.fidelity == "full"
     assert "fidelity auto chose full: weights gathered across slices (dcn_fsdp) complete at different times on a " \
@@ -280,7 +275,4 @@ DCN_CASES = {
 @pytest.mark.parametrize("name", list(DCN_CASES))
 def test_bad_dcn_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
     argv, message = DCN_CASES[name]
-    assert main([*argv, "--json"]) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.splitlines() == [message]
+    assert refusal(capsys, [*argv, "--json"]).splitlines() == [message]
