@@ -18,7 +18,6 @@ from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.model.data_parallel import DATA_AXIS, SYNCED_DTYPE, DataSyncOp, data_parallel_plan
 from tpusim.tuning.space import MeshCandidate
 from tpusim.units import dtype_bytes
-from tpusim.vocabulary import CollectiveOp
 
 __all__ = ["data_parallel_tail"]
 
@@ -38,14 +37,14 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
         found = network.twin(CollectiveCall(op.collective, DATA_AXIS, op.nbytes))
         return found if found is not None else 0.0
 
-    exposed = [plan.gradients(0)]
+    last = plan.gradients(0)
+    exposed = [last]
     if plan.gathers_forward:
         exposed.append(plan.weights(0))
     if plan.gathers_backward:
         exposed.append(plan.weights(0))
     across = 0.0
-    last = plan.gradients(0)
     dcn = hardware.slice_network
     if last.dcn_elements and dcn is not None:
-        across = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, last.dcn_elements * dtype_bytes(SYNCED_DTYPE), dcn_slices)
+        across = dcn_twin(dcn, last.dcn_collective, last.dcn_elements * dtype_bytes(SYNCED_DTYPE), dcn_slices)
     return sum(twin(op) for op in exposed) + across
