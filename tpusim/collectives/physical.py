@@ -82,7 +82,7 @@ class PhysicalNetwork(Network):
             topology = self.mapping.topology
             assert topology is not None
             count = topology.num_links
-            bandwidth = np.full(count, self.profile.ici.link_bandwidth)
+            bandwidth = np.full(count, self.profile.ici.achievable_bandwidth)
             latency = np.full(count, self.profile.ici.hop_latency)
             for link, override in self.link_overrides.items():
                 bandwidth[link] *= override.bandwidth_factor
@@ -98,7 +98,7 @@ class PhysicalNetwork(Network):
         if found is None:
             ici = self.profile.ici
             found = self._costs = PhysicalCosts(
-                bandwidth=ici.link_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
+                bandwidth=ici.achievable_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
                 launch=ici.launch_overhead, reduce_per_byte=self._reduction_per_byte(), max_chunks=ici.max_chunks,
             )
         return found

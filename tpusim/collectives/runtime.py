@@ -98,7 +98,7 @@ class CollectiveRuntime:
             network.trace_links(sim.tracer)
         spec = sim.hardware.chip
         if share_hbm and spec.dma_hbm_traffic > 0 and sim.hbm is None:
-            shared = SharedHbm(sim.env, spec.hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
+            shared = SharedHbm(sim.env, spec.achievable_hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
             if network.share_hbm(shared.ledger):
                 sim.hbm = shared
 

@@ -43,7 +43,7 @@ class ChipSpec(FrozenModel):
     """One chip: compute units, peak rate, HBM, and how a GeMM is timed."""
 
     peak_flops: FlopsPerSecond
-    """Peak FLOP/s used for GeMM time and MFU."""
+    """Nominal peak FLOP/s: MFU and HFU are against it; GeMMs run at ``mxu_efficiency`` times it."""
     int8_peak_ops: FlopsPerSecond | None = None
     """Peak int8 operations per second of the MXU (None: the profile times no int8 GeMM)."""
     gemm_precision: Literal["bf16", "int8"] = "bf16"
@@ -57,6 +57,12 @@ class ChipSpec(FrozenModel):
     """Side of the square systolic array; the roofline model pads every GeMM dimension to it."""
     hbm_capacity: Bytes
     hbm_bandwidth: BytesPerSecond
+    """Nominal HBM bandwidth; ops stream at ``hbm_efficiency`` times it."""
+    mxu_efficiency: float = Field(1.0, gt=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
+    """Fraction of the peak (bf16 or int8) a GeMM's padded tiles sustain (docs/chip.md#achievable-rates); 1 on
+    wire-only and calibrated profiles. Above 1 only in sensitivity variants (``scale.flops``)."""
+    hbm_efficiency: float = Field(1.0, gt=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
+    """Fraction of ``hbm_bandwidth`` a streaming op sustains (docs/chip.md#achievable-rates)."""
     gemm_model: Literal["roofline", "flops"]
     """roofline: pad each dim to mxu_dim, max(FLOP / peak, HBM bytes / bandwidth); flops: 2mnk / peak."""
     accumulator_traffic: bool = True
@@ -72,6 +78,11 @@ class ChipSpec(FrozenModel):
     """HBM bytes charged per byte of collective DMA, taken from the bandwidth of the compute ops it overlaps
     (docs/chip.md#hbm-contention): 1 reads each byte sent once, writes each byte received once and charges a
     reduction its ``ici.reduction_passes``; 0 lets compute and DMA share HBM for free."""
+
+    @property
+    def achievable_hbm_bandwidth(self) -> float:
+        """HBM bandwidth as ops and DMA stream it: ``hbm_bandwidth`` times ``hbm_efficiency``, B/s."""
+        return self.hbm_bandwidth * self.hbm_efficiency
 
 
 def _every_op(value: object) -> object:
@@ -126,7 +137,10 @@ class IciSpec(FrozenModel):
     """The inter-chip interconnect of a physical network and the software costs of its collectives."""
 
     link_bandwidth: BytesPerSecond
-    """One direction of one link (TPUv4: 45e9; the link carries as much again the other way)."""
+    """One direction of one link at its line rate (TPUv4: 45e9; the link carries as much again the other way)."""
+    link_efficiency: float = Field(1.0, gt=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
+    """Fraction of ``link_bandwidth`` a collective's DMA sustains on one link, one way (docs/chip.md#achievable-rates);
+    1 on wire-only profiles."""
     hop_latency: Seconds
     """Per physical hop, on the wire; pipelined, i.e. paid after serialization while the link is already free."""
     launch_overhead: Annotated[LaunchOverheads, BeforeValidator(_every_op)] = LaunchOverheads()
@@ -139,6 +153,11 @@ class IciSpec(FrozenModel):
     0: reductions cost nothing."""
     max_chunks: Count = 256
     """Most chunks a pipelined broadcast or reduce is cut into (bounds simulation work where chunking is free)."""
+
+    @property
+    def achievable_bandwidth(self) -> float:
+        """One direction of one link as collectives use it: the line rate times ``link_efficiency``, B/s."""
+        return self.link_bandwidth * self.link_efficiency
 
     @field_validator("max_chunks")
     @classmethod

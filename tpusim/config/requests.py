@@ -378,7 +378,8 @@ class Scale(FrozenModel):
 
     ``beta`` multiplies bandwidth (0.5 halves every link and calibrated bandwidth: slower communication);
     ``alpha`` and ``lambda`` multiply the per-collective overhead and the per-step latency (2 = slower);
-    ``flops`` multiplies the peak FLOP/s used for timing; ``step`` the software handshake of every transfer on
+    ``flops`` multiplies the MXU rate GeMMs achieve (MFU stays against the nominal peak); ``hbm`` the HBM
+    bandwidth ops achieve; ``step`` the software handshake of every transfer on
     a physical network, ``op`` the fixed launch time of every compute op, ``vector`` the vector units' rate,
     ``dma`` the HBM traffic charged for collective DMA (0: compute and DMA share HBM for free); ``dcn`` the
     host bandwidth of the data-centre network between slices (``alpha`` and ``lambda`` also scale its launch
@@ -389,7 +390,9 @@ class Scale(FrozenModel):
     lambda_: NonNegative = Field(default=1.0, alias="lambda", description="factor on every per-hop or per-step latency "
                               "(2: slower)")
     beta: Positive = Field(default=1.0, description="factor on every link and calibrated bandwidth (0.5: slower)")
-    flops: Positive = Field(default=1.0, description="factor on the peak FLOP/s used for timing (0.5: slower)")
+    flops: Positive = Field(default=1.0, description="factor on the MXU rate GeMMs achieve; MFU stays against the "
+                            "nominal peak (0.5: slower)")
+    hbm: Positive = Field(default=1.0, description="factor on the HBM bandwidth ops achieve (0.5: slower)")
     step: NonNegative = Field(default=1.0, description="factor on the software handshake of every physical "
                               "transfer (2: slower)")
     op: NonNegative = Field(default=1.0, description="factor on the fixed launch time of every compute op "

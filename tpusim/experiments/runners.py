@@ -63,7 +63,7 @@ def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
                                  overhead=factors.get("alpha", 1.0), flops=factors.get("flops", 1.0),
                                  step=factors.get("step", 1.0), op=factors.get("op", 1.0),
                                  vector=factors.get("vector", 1.0), dma=factors.get("dma", 1.0),
-                                 dcn=factors.get("dcn", 1.0))
+                                 dcn=factors.get("dcn", 1.0), hbm=factors.get("hbm", 1.0))
     return profile
 
 

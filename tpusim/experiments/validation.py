@@ -61,7 +61,7 @@ def toy_profile() -> HardwareProfile:
                                    "calibration": Calibration(all_gather=fit, reduce_scatter=fit, send_recv=fit)})
 
 
-def _collective(hardware: str, mesh: str, axis: int, op: str, nbytes: float, topology: str | None = None,
+def _collective(hardware: str | HardwareProfile, mesh: str, axis: int, op: str, nbytes: float, topology: str | None = None,
                 **extra: object) -> float:
     result = run_request(CollectiveRequest, {"hardware": hardware, "mesh": mesh, "axis": axis, "op": op,
                                              "bytes": int(nbytes), "topology": topology, **extra})
@@ -145,17 +145,21 @@ EXPLAINED_DIFFERENCES = frozenset({("all-gather", 0)})
 """(operation, axis) pairs beyond 25% whose cause docs/validation.md explains."""
 
 
-def measured_checks(explained: frozenset[tuple[str, int]] = frozenset()) -> list[Check]:
-    """The physical ``tpuv4`` model next to the MeshSlice authors' fit to their v4-32 measurements, per logical
-    axis, operation and shard size; ``explained`` names the (operation, axis) pairs whose difference the docs
-    explain."""
+def measured_checks(explained: frozenset[tuple[str, int]] = frozenset(),
+                    hardware: str | HardwareProfile = "tpuv4", pairs: frozenset[tuple[str, int]] | None = None
+                    ) -> list[Check]:
+    """The physical ``hardware`` model (``tpuv4``) next to the MeshSlice authors' fit to their v4-32 measurements,
+    per logical axis, operation and shard size; ``explained`` names the (operation, axis) pairs whose difference
+    the docs explain, ``pairs`` (None: all) the pairs to compare."""
     rows = []
     for axis in (0, 1):
         where = "line of 4 along z" if axis == 0 else "2x2 block x*y"
         for op in MEASURED_OPS:
+            if pairs is not None and (op, axis) not in pairs:
+                continue
             for shard in MEASURED_SHARDS:
                 nbytes = shard if op == "send-recv" else 4 * shard
-                model = _collective("tpuv4", "4x4", axis, op, nbytes, MEASURED_SLICE, axis_map=MEASURED_AXES)
+                model = _collective(hardware, "4x4", axis, op, nbytes, MEASURED_SLICE, axis_map=MEASURED_AXES)
                 fit = _collective("meshslice-tpu-fit", "4x4", axis, op, nbytes)
                 rows.append(Check(f"v4-32 {op}, axis {axis} ({where}), {shard // MiB} MiB shard (measured fit)",
                                   fit, model, 0.25, group="measurement",

@@ -3,6 +3,8 @@
 The roofline GeMM pads every dimension to the MXU size and takes the larger of compute and HBM time, its output
 written once or, where it adds into a partial output, its fp32 accumulator read and written; the ``flops`` model
 is the MeshSlice authors' plain 2mnk / F. Other ops take the largest of their MXU, vector-unit and HBM times.
+Compute runs at the achievable MXU rate (peak times ``mxu_efficiency``) and HBM at the achievable bandwidth
+(``hbm_efficiency``), docs/chip.md#achievable-rates; MFU stays against the nominal peak.
 Every non-empty op also pays the chip's fixed ``op_overhead`` (its launch, docs/chip.md#op-overhead). Nothing here
 knows about simulation time.
 """
@@ -24,7 +26,8 @@ def _check_dims(m: int, n: int, k: int) -> None:
 
 
 class ChipModel:
-    """Compute and HBM timing of one chip."""
+    """Compute and HBM timing of one chip, at its achievable rates (``peak_flops`` and ``hbm_bandwidth`` here are
+    the achieved ones)."""
 
     __slots__ = (
         "accumulator_bytes",
@@ -41,8 +44,9 @@ class ChipModel:
     )
 
     def __init__(self, chip: ChipSpec) -> None:
-        self.peak_flops: float = chip.peak_flops
-        self.hbm_bandwidth: float = chip.hbm_bandwidth
+        # the rates ops achieve; the nominal peak stays on the spec, for MFU
+        self.peak_flops: float = chip.peak_flops * chip.mxu_efficiency
+        self.hbm_bandwidth: float = chip.achievable_hbm_bandwidth
         self.hbm_capacity: float = chip.hbm_capacity
         self.mxu_dim: int = chip.mxu_dim
         self.gemm_model: str = chip.gemm_model
@@ -54,7 +58,8 @@ class ChipModel:
         self.int8: bool = chip.gemm_precision == "int8"
         if self.int8 and chip.int8_peak_ops is None:
             raise ValueError("int8 GeMMs need the chip's int8_peak_ops")
-        self.gemm_peak: float = chip.int8_peak_ops if self.int8 and chip.int8_peak_ops else chip.peak_flops
+        peak = chip.int8_peak_ops if self.int8 and chip.int8_peak_ops else chip.peak_flops
+        self.gemm_peak: float = peak * chip.mxu_efficiency
 
     def gemm_flops(self, m: int, n: int, k: int) -> float:
         """Model FLOPs of an (m x k) @ (k x n) product: 2mnk, without padding."""

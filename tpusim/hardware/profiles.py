@@ -132,6 +132,7 @@ def scaled_profile(
     vector: float = 1.0,
     dma: float = 1.0,
     dcn: float = 1.0,
+    hbm: float = 1.0,
 ) -> HardwareProfile:
     """A copy of ``profile`` for sensitivity studies.
 
@@ -140,8 +141,9 @@ def scaled_profile(
     ``step`` the software handshake of every physical transfer, ``op`` the fixed time of every compute op,
     ``vector`` the vector units' elementwise rate, ``dma`` the HBM traffic charged for collective DMA,
     ``dcn`` the data-centre network's host bandwidth (whose latency and launch overhead ``latency`` and
-    ``overhead`` scale too).
-    HBM and the informational peak are untouched. The name records the factors, e.g.
+    ``overhead`` scale too), ``hbm`` the achieved HBM bandwidth (its efficiency).
+    ``flops`` scales the MXU efficiency: the nominal peak, against which MFU is measured, stays. HBM capacity and
+    the informational peak are untouched. The name records the factors, e.g.
     ``meshslice-sim[beta*0.5]``.
     """
     _check_factor("bandwidth", bandwidth, allow_zero=False)
@@ -153,8 +155,9 @@ def scaled_profile(
     _check_factor("vector", vector, allow_zero=False)
     _check_factor("dma", dma, allow_zero=True)
     _check_factor("dcn", dcn, allow_zero=False)
+    _check_factor("hbm", hbm, allow_zero=False)
     factors = {"beta": bandwidth, "lambda": latency, "alpha": overhead, "flops": flops, "step": step, "op": op,
-               "vector": vector, "dma": dma, "dcn": dcn}
+               "vector": vector, "dma": dma, "dcn": dcn, "hbm": hbm}
     tags = [f"{tag}*{value:g}" for tag, value in factors.items() if value != 1.0]
     if not tags:
         return profile
@@ -170,8 +173,9 @@ def scaled_profile(
     if dcn != 1.0 and (not isinstance(profile, PhysicalProfile) or profile.dcn is None):
         raise ConfigError(f"scale factor dcn={dcn:g} needs a data-centre network; {profile.name!r} has no dcn block")
     rate = profile.chip.vector_rate * vector if profile.chip.vector_rate is not None else None
-    int8 = profile.chip.int8_peak_ops * flops if profile.chip.int8_peak_ops is not None else None
-    chip = profile.chip.model_copy(update={"peak_flops": profile.chip.peak_flops * flops, "int8_peak_ops": int8,
+    # flops scales the achieved MXU rate, never the nominal peak that MFU is measured against
+    chip = profile.chip.model_copy(update={"mxu_efficiency": profile.chip.mxu_efficiency * flops,
+                                           "hbm_efficiency": profile.chip.hbm_efficiency * hbm,
                                            "op_overhead": profile.chip.op_overhead * op, "vector_rate": rate,
                                            "dma_hbm_traffic": profile.chip.dma_hbm_traffic * dma})
     update: dict[str, object] = {"name": f"{profile.name}[{','.join(tags)}]", "chip": chip}

@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tpusim.config import TransformerModel
+from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import StepRequest
 from tpusim.engine.context import Context
 from tpusim.errors import UserError
@@ -64,8 +64,10 @@ def compare_measurements(path: Path | str = SHIPPED_TABLE, context: Context | No
     return [compare_row(run, context) for run in read_measurements(path)]
 
 
-def compare_row(run: MeasuredRun, context: Context | None = None) -> Comparison:
-    """One row simulated as its step request; any refusal of the request becomes ``unsupported`` with its line."""
+def compare_row(run: MeasuredRun, context: Context | None = None, hardware: HardwareProfile | None = None
+                ) -> Comparison:
+    """One row simulated as its step request (on ``hardware`` instead of its generation's profile, where given);
+    any refusal of the request becomes ``unsupported`` with its line."""
     def unsupported(reason: str, asked: RowRequest | None = None) -> Comparison:
         return Comparison(run.id, run.tpu, run.step_time_s, None, RowStatus.UNSUPPORTED, reason,
                           asked.notes if asked else (), asked.fields if asked else {})
@@ -77,8 +79,9 @@ def compare_row(run: MeasuredRun, context: Context | None = None) -> Comparison:
     missing = unavailable_fields(asked.fields)
     if missing:
         return unsupported(missing, asked)
+    fields = asked.fields if hardware is None else {**asked.fields, "hardware": hardware}
     try:
-        result = run_request(StepRequest, asked.fields, context)
+        result = run_request(StepRequest, fields, context)
     except UserError as error:  # a value the request refuses, a layout that cannot be placed, a model beyond HBM
         return unsupported(error.message, asked)
     return Comparison(run.id, run.tpu, run.step_time_s, float(result.step_time_s), RowStatus.OK, "", asked.notes,
