@@ -307,7 +307,7 @@ def test_the_text_table_and_its_summary_lines(monkeypatch: pytest.MonkeyPatch,
     _simulate_all(monkeypatch, {"mt-v4-22b-1x": 2 * 13.829}, refused)
     assert main(["validate", "--measurements", TABLE]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"measured training runs from {TABLE} (informational: no tolerance yet)"
+    assert lines[0] == f"measured training runs from {TABLE} (informational: no tolerance)"
     assert re.fullmatch(r"mt-v4-22b-1x +v4 +13\.829 +27\.658 +\+100\.00% +ok", lines[2])
     assert lines[-5:] == ["v4: 2 rows, 1 ok, mean |delta| 100.00%, max |delta| 100.00%",
                           "v5e: 2 rows, 0 ok, mean |delta| -, max |delta| -",
@@ -334,7 +334,7 @@ def test_validate_reports_the_shipped_rows_without_failing_on_them(monkeypatch: 
     out = capsys.readouterr().out.splitlines()
     assert out[2:4] == ["model: 1 checks, mean |delta| 0.00000%, max |delta| 0.00000%, 0 over tolerance "
                         "(0 unexplained; times in us)", ""]
-    assert out[4] == f"measured training runs from {TABLE} (informational: no tolerance yet)"
+    assert out[4] == f"measured training runs from {TABLE} (informational: no tolerance)"
     assert out[-1] == "0 of 8 rows unsupported"
 
 

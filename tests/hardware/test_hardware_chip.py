@@ -123,11 +123,13 @@ def test_hbm_time_and_op_time() -> None:
 
 
 def test_every_non_empty_op_pays_the_op_overhead() -> None:
-    bare, tpu = _roofline(), ChipModel(load_hardware("tpuv4").chip)
+    spec = load_hardware("tpuv4").chip
+    bare = _roofline(mxu_efficiency=spec.mxu_efficiency, hbm_efficiency=spec.hbm_efficiency)
+    tpu = ChipModel(spec)
     assert tpu.op_overhead == 1e-6
     assert tpu.gemm_time(4096, 4096, 4096) == bare.gemm_time(4096, 4096, 4096) + 1e-6
     assert tpu.hbm_time(1.2e9) == bare.hbm_time(1.2e9) + 1e-6
-    assert tpu.op_time(275e12, 1.0) == 1.0 + 1e-6
+    assert tpu.op_time(275e12 * spec.mxu_efficiency, 1.0) == pytest.approx(1.0 + 1e-6, rel=1e-15)
     assert (tpu.gemm_time(0, 8, 8), tpu.hbm_time(0), tpu.op_time(0, 0)) == (0.0, 0.0, 0.0)  # nothing to launch
 
 
@@ -149,3 +151,24 @@ def test_roofline_never_faster_than_unpadded_compute_or_hbm(m: int, n: int, k: i
     assert t >= chip.gemm_hbm_bytes(m, n, k) / HBM_BW
     # Padding never costs more than one extra tile per dimension.
     assert t <= max(2 * (m + 127) * (n + 127) * (k + 127) / PEAK, chip.gemm_hbm_bytes(m, n, k) / HBM_BW)
+
+
+def test_gemm_runs_at_the_achieved_mxu_rate_and_hbm_at_the_achieved_bandwidth() -> None:
+    # docs/chip.md#achievable-rates: compute over peak x mxu_efficiency, memory over bandwidth x hbm_efficiency
+    chip = _roofline(mxu_efficiency=0.8, hbm_efficiency=0.5)
+    assert (chip.peak_flops, chip.hbm_bandwidth) == (PEAK, HBM_BW)  # nominal: what MFU is measured against
+    assert chip.flop_rate == PEAK * 0.8
+    assert chip.hbm_rate == HBM_BW * 0.5
+    assert chip.gemm_time(4096, 4096, 4096) == 2 * 4096**3 / (PEAK * 0.8)
+    m, n, k = 65536, 128, 128
+    assert chip.gemm_time(m, n, k) == (2 * (m * k + k * n) + 2 * m * n) / (HBM_BW * 0.5)
+    assert chip.hbm_time(1e9) == 1e9 / (HBM_BW * 0.5)
+    assert chip.op_time(1e12, 0.0) == 1e12 / (PEAK * 0.8)
+
+
+def test_the_shipped_tpuv4_runs_below_its_peaks() -> None:
+    spec = load_hardware("tpuv4").chip
+    chip = ChipModel(spec)
+    assert 0 < spec.mxu_efficiency < 1 and 0 < spec.hbm_efficiency < 1
+    assert chip.gemm_time(8192, 8192, 8192) == pytest.approx(1e-6 + 2 * 8192**3 / (PEAK * spec.mxu_efficiency),
+                                                             rel=1e-12)

@@ -114,9 +114,13 @@ def test_tpuv4_wire_is_tpuv4_without_software_costs() -> None:
     assert {value for _, value in wire.ici.launch_overhead} == {0.0}
     assert (wire.ici.step_overhead, wire.ici.reduction_passes, wire.chip.op_overhead) == (0, 0, 0)
     assert wire.overlap_limits.describe() == {}
+    # and at the peak rates: every efficiency 1 (docs/chip.md#achievable-rates)
+    assert (wire.chip.mxu_efficiency, wire.chip.hbm_efficiency, wire.ici.link_efficiency) == (1, 1, 1)
     assert wire.ici.model_copy(update={"launch_overhead": tpu.ici.launch_overhead, "step_overhead": 4e-6,
-                                       "reduction_passes": 3}) == tpu.ici
-    assert wire.chip.model_copy(update={"op_overhead": 1e-6, "dma_hbm_traffic": 1.0}) == tpu.chip
+                                       "reduction_passes": 3, "link_efficiency": tpu.ici.link_efficiency}) == tpu.ici
+    assert wire.chip.model_copy(update={"op_overhead": 1e-6, "dma_hbm_traffic": 1.0,
+                                        "mxu_efficiency": tpu.chip.mxu_efficiency,
+                                        "hbm_efficiency": tpu.chip.hbm_efficiency}) == tpu.chip
 
 
 def test_meshslice_tpu_fit_values() -> None:
@@ -212,7 +216,8 @@ def test_unknown_key_names_key_path_and_valid_keys(tmp_path: Path) -> None:
     err = _config_error(_write(tmp_path, "typo", text))
     assert err.message == (
         f"{tmp_path / 'typo.yaml'}: unknown key 'lnk_bandwidth' at ici; "
-        "valid keys: hop_latency, launch_overhead, link_bandwidth, max_chunks, reduction_passes, step_overhead"
+        "valid keys: hop_latency, launch_overhead, link_bandwidth, link_efficiency, max_chunks, reduction_passes, "
+        "step_overhead"
     )
     assert err.suggestion == "did you mean 'link_bandwidth'?"
 
@@ -362,7 +367,9 @@ def test_scaled_profile_scales_named_fields_only() -> None:
         assert new.bandwidth == (old.bandwidth[0] * 0.5, old.bandwidth[1] * 0.5)
         assert new.step_latency == old.step_latency * 2.0
         assert new.launch_overhead == old.launch_overhead * 3.0
-    assert scaled.chip.peak_flops == F_EMULATOR * 0.25
+    # flops scales the achieved MXU rate; the nominal peak, which MFU is against, stays (docs/chip.md#achievable-rates)
+    assert scaled.chip.peak_flops == F_EMULATOR
+    assert scaled.chip.mxu_efficiency == 0.25
     assert scaled.name == "meshslice-sim[beta*0.5,lambda*2,alpha*3,flops*0.25]"
     # Everything else is unchanged.
     expected = dict(before)
@@ -372,8 +379,8 @@ def test_scaled_profile_scales_named_fields_only() -> None:
         got.pop(key)
     assert got == expected
     chip_before, chip_after = sim.chip.model_dump(), scaled.chip.model_dump()
-    chip_before.pop("peak_flops")
-    chip_after.pop("peak_flops")
+    chip_before.pop("mxu_efficiency")
+    chip_after.pop("mxu_efficiency")
     assert chip_after == chip_before
     assert scaled.chip.peak_flops_informational == 249e12
     assert scaled.chip.hbm_bandwidth == 1.2e12
@@ -413,6 +420,32 @@ def test_scaled_software_costs() -> None:
 def test_handshake_factor_needs_a_physical_profile() -> None:
     with pytest.raises(ConfigError, match="scale factor step=2 applies to physical profiles; 'meshslice-sim'"):
         scaled_profile(load_hardware("meshslice-sim"), step=2.0)
+
+
+def test_scaled_hbm_and_flops_scale_the_efficiencies() -> None:
+    tpu = load_hardware("tpuv4")
+    scaled = scaled_profile(tpu, hbm=0.5, flops=0.8)
+    assert scaled.chip.hbm_efficiency == tpu.chip.hbm_efficiency * 0.5
+    assert scaled.chip.mxu_efficiency == tpu.chip.mxu_efficiency * 0.8
+    assert (scaled.chip.hbm_bandwidth, scaled.chip.peak_flops) == (tpu.chip.hbm_bandwidth, tpu.chip.peak_flops)
+    assert scaled.name == "tpuv4[flops*0.8,hbm*0.5]"
+
+
+def test_a_slower_mxu_lowers_mfu() -> None:
+    from tests.small_model import SMALL_MODEL_YAML
+    import yaml
+
+    from tpusim.config.requests import StepRequest
+    from tpusim.experiments.runners import run_request
+
+    fields = {"kind": "step", "hardware": "tpuv4", "model": yaml.safe_load(SMALL_MODEL_YAML), "mesh": "2x2",
+              "algorithm": "collective", "batch": 8}
+    base = run_request(StepRequest, fields)
+    slow = run_request(StepRequest, {**fields, "scale": {"flops": 0.8}})
+    assert slow.step_time_s > base.step_time_s
+    assert slow.mfu < base.mfu
+    # the same model FLOPs against the same nominal peak: MFU scales as 1 / step time
+    assert slow.mfu * slow.step_time_s == pytest.approx(base.mfu * base.step_time_s, rel=1e-12)
 
 
 def test_scaled_profile_identity_is_the_profile() -> None:

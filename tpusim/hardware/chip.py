@@ -26,16 +26,18 @@ def _check_dims(m: int, n: int, k: int) -> None:
 
 
 class ChipModel:
-    """Compute and HBM timing of one chip, at its achievable rates (``peak_flops`` and ``hbm_bandwidth`` here are
-    the achieved ones)."""
+    """Compute and HBM timing of one chip, at its achievable rates ``flop_rate``, ``gemm_peak`` and ``hbm_rate``
+    (``peak_flops`` and ``hbm_bandwidth`` are the nominal ones)."""
 
     __slots__ = (
         "accumulator_bytes",
         "accumulator_traffic",
+        "flop_rate",
         "gemm_model",
         "gemm_peak",
         "hbm_bandwidth",
         "hbm_capacity",
+        "hbm_rate",
         "int8",
         "mxu_dim",
         "op_overhead",
@@ -44,9 +46,11 @@ class ChipModel:
     )
 
     def __init__(self, chip: ChipSpec) -> None:
-        # the rates ops achieve; the nominal peak stays on the spec, for MFU
-        self.peak_flops: float = chip.peak_flops * chip.mxu_efficiency
-        self.hbm_bandwidth: float = chip.achievable_hbm_bandwidth
+        self.peak_flops: float = chip.peak_flops
+        self.hbm_bandwidth: float = chip.hbm_bandwidth
+        # the rates ops achieve (docs/chip.md#achievable-rates); the nominal ones above are what MFU is against
+        self.flop_rate: float = chip.peak_flops * chip.mxu_efficiency
+        self.hbm_rate: float = chip.achievable_hbm_bandwidth
         self.hbm_capacity: float = chip.hbm_capacity
         self.mxu_dim: int = chip.mxu_dim
         self.gemm_model: str = chip.gemm_model
@@ -91,7 +95,7 @@ class ChipModel:
         # The MXU processes whole d x d tiles, so a ragged edge costs as much as a full tile.
         compute = 2 * _pad(m, d) * _pad(n, d) * _pad(k, d) / self.gemm_peak
         memory = self.gemm_hbm_bytes(m, n, k, in_bytes=in_bytes, out_bytes=out_bytes,
-                                     accumulate=accumulate) / self.hbm_bandwidth
+                                     accumulate=accumulate) / self.hbm_rate
         return self.op_overhead + max(compute, memory)
 
     def vector_time(self, operations: float) -> float:
@@ -102,7 +106,7 @@ class ChipModel:
         """Seconds for elementwise/vector work that reads and writes ``nbytes`` in total from HBM."""
         if nbytes < 0:
             raise ValueError(f"byte count must be >= 0, got {nbytes}")
-        return self.op_overhead + nbytes / self.hbm_bandwidth if nbytes else 0.0
+        return self.op_overhead + nbytes / self.hbm_rate if nbytes else 0.0
 
     def op_time(self, flops: float, hbm_bytes: float, vector_ops: float = 0.0) -> float:
         """Seconds for a non-GeMM op: the slowest of its MXU FLOPs, its vector-unit operations and its HBM
@@ -112,10 +116,10 @@ class ChipModel:
                              f"hbm_bytes={hbm_bytes}, vector_ops={vector_ops}")
         if not flops and not hbm_bytes and not vector_ops:
             return 0.0
-        return self.op_overhead + max(flops / self.peak_flops, hbm_bytes / self.hbm_bandwidth,
+        return self.op_overhead + max(flops / self.flop_rate, hbm_bytes / self.hbm_rate,
                                       self.vector_time(vector_ops))
 
     def reduction_seconds_per_byte(self, passes: float, element_bytes: int) -> float:
         """Seconds per byte of an elementwise reduction of received data into a local buffer: ``passes`` HBM bytes
         per byte reduced (read two operands, write one) or one vector add per element, whichever is slower."""
-        return max(passes / self.hbm_bandwidth, self.vector_time(1.0 / element_bytes))
+        return max(passes / self.hbm_rate, self.vector_time(1.0 / element_bytes))

@@ -164,8 +164,9 @@ SCALE_MEANING = MappingProxyType({
     "vector": ("vector rate", ("x0.5",)),
     "flops": ("MXU rate", ("x0.8", "x0.5")),
     "dma": ("DMA's HBM traffic", ("x2",)),
+    "hbm": ("HBM bandwidth", ("x0.9",)),
 })
-_COMPUTE_FACTORS = ("op", "vector", "flops", "dma")  # factors that slow compute rather than communication
+_COMPUTE_FACTORS = ("op", "vector", "flops", "dma", "hbm")  # factors that slow compute rather than communication
 
 
 def _scale_tick(label: str) -> str:

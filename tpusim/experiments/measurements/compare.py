@@ -127,7 +127,7 @@ def _percent(value: float | None) -> str:
 def comparison_text(rows: list[Comparison], table: str) -> str:
     """The text table: one line per row, then one per generation and the count of unsupported rows."""
     width = max([len("id"), *(len(row.id) for row in rows)])
-    lines = [f"measured training runs from {table} (informational: no tolerance yet)",
+    lines = [f"measured training runs from {table} (informational: no tolerance)",
              f"{'id':<{width}}  {'tpu':<4}  {'measured_s':>10}  {'simulated_s':>11}  {'delta':>8}  status"]
     for row in rows:
         simulated = "-" if row.simulated_step_time_s is None else f"{row.simulated_step_time_s:.3f}"
