@@ -1,12 +1,39 @@
 """The exception hierarchy: what went wrong, and which exit status it earns.
 
-User errors (exit 2) carry a one-line message that quotes the bad value verbatim, says where it is
-and what would be valid, plus an optional suggestion line. Internal errors (exit 1) are bugs or stuck
+User errors (exit 2) carry a one-line message that quotes the bad value (cut to ``ECHO_MAX`` characters by
+``echo``), says where it is and what would be valid, plus an optional suggestion line; no line of a message is
+longer than ``LINE_MAX`` characters, whatever it quotes. Internal errors (exit 1) are bugs or stuck
 schedules; a failed validation is exit 3. This module imports nothing from tpusim so every layer may
 raise these.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+ECHO_MAX = 80
+"""The most characters of a value a message quotes (``echo``): enough for any name, path or number a person types,
+while a 100,000-character value stays one readable line."""
+LINE_MAX = 2000
+"""The most characters of one line of a message; the middle of a longer line is cut (values quoted without ``echo``
+stay bounded too). The longest message tpusim writes on purpose, a valid list of names, is under 1000."""
+
+
+def echo(value: Any) -> str:
+    """``value`` as a message quotes it: its ``repr``, cut to ``ECHO_MAX`` characters with its full length said."""
+    text = repr(value)
+    if len(text) <= ECHO_MAX:
+        return text
+    return f"{text[:ECHO_MAX - 3]}... ({len(text)} characters)"
+
+
+def _bounded(line: str) -> str:
+    """``line`` cut in the middle to ``LINE_MAX`` characters."""
+    if len(line) <= LINE_MAX:
+        return line
+    cut = f" ... [{len(line) - LINE_MAX} characters cut] ... "
+    keep = (LINE_MAX - len(cut)) // 2
+    return line[:keep] + cut + line[-keep:]
 
 
 class TpusimError(Exception):
@@ -15,9 +42,10 @@ class TpusimError(Exception):
     exit_code: int = 1
 
     def __init__(self, message: str, suggestion: str | None = None) -> None:
+        message = _bounded(message)
         super().__init__(message)
         self.message = message
-        self.suggestion = suggestion
+        self.suggestion = None if suggestion is None else _bounded(suggestion)
 
     def lines(self) -> list[str]:
         """The message, then the suggestion if any: what the CLI prints on stderr."""
@@ -81,6 +109,6 @@ def unknown_name(kind: str, name: str, known: list[str] | tuple[str, ...]) -> Un
     """The standard error for an unknown registered name, listing the valid ones."""
     guess = closest(name, known)
     return UnknownNameError(
-        f"unknown {kind} {name!r}; valid: {', '.join(sorted(known))}",
+        f"unknown {kind} {echo(name)}; valid: {', '.join(sorted(known))}",
         f"did you mean {guess!r}?" if guess else None,
     )

@@ -49,7 +49,9 @@ class Limit:
 # headroom over the largest pod. A GeMM dimension of 2**24 holds 8192 sequences of 2048 tokens (16.8M rows).
 # --verify holds about twice its operands in memory (per-chip blocks, the dense product): 256 MiB needs ~0.6 GB.
 # A measurements table has one training-step simulation per row: the shipped table has 8 rows (5 kB); 1000 rows and
-# 1 MiB leave over 100x headroom.
+# 1 MiB leave over 100x headroom. A run's results.json holds a few kB per point (2.4 kB for a GeMM point): a sweep at
+# the sweep_points limit (100,000 points) stays well under 1 GiB. A disk cache entry is one result, at most a few
+# hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom.
 LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (
     Limit("chips", 65536, "chips (of a mesh, a topology or a tuning run)"),
     Limit("chunks", 4096, "pipelined chunks per message"),
@@ -62,6 +64,8 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
     Limit("yaml_nodes", 1_000_000, "YAML nodes after expanding aliases"),
     Limit("measurement_bytes", 2**20, "bytes of a measurements CSV file"),
     Limit("measurement_rows", 1000, "rows of a measurements CSV file"),
+    Limit("results_bytes", 2**30, "bytes of a run's results.json or run_meta.json read back"),
+    Limit("cache_entry_bytes", 2**26, "bytes of a disk cache entry read back"),
 )})
 
 

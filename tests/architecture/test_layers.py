@@ -16,6 +16,7 @@ RANK["errors"] = -1  # the exception hierarchy is importable from everywhere
 RANK["units"] = -1
 RANK["vocabulary"] = -1  # the shared names, importable from everywhere
 RANK["limits"] = -1  # the size limits, importable from everywhere (it imports only errors)
+RANK["files"] = -1  # the one file reader and writer, importable from everywhere (it imports errors and limits)
 
 
 def _layer(module: str) -> str | None:

@@ -8,7 +8,7 @@ from typing import IO
 import pytest
 
 from tpusim.cli.main import main
-from tpusim.engine.atomic import replace_atomically, write_atomic
+from tpusim.files import replace_atomically, write_atomic
 
 
 def test_write_replaces_the_file_and_leaves_nothing_else(tmp_path: Path) -> None:

@@ -6,12 +6,16 @@ loads only what it uses (tests/architecture/test_lazy_imports.py).
 
 Conventions (docs/results.md#command-line-conventions): with ``--json`` stdout carries exactly one JSON object; notes
 and progress go to stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is
-valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
+valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed. Output
+that cannot be written is a user error too (exit 2, one line): a closed stdout is refused before any work, a full
+one (``> /dev/full``, a file size limit) is named when it fails, and a disk cache entry that could not be written is
+named after the result (which stands).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -19,11 +23,17 @@ from pathlib import Path
 
 from tpusim import __version__
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
-from tpusim.cli.common import UsageError
+from tpusim.cli.common import UsageError, note
 from tpusim.engine.context import Context
-from tpusim.errors import TpusimError
+from tpusim.errors import OutputPathError, TpusimError, UserError
 
 COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EBADF})
+"""Why a write to stdout fails when its reader is not gone (that is EPIPE) but its file is full or unwritable."""
+
+
+class OutputError(UserError):
+    """Standard output cannot be written (closed, full, over a file size limit)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,9 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     try:
+        if sys.stdout is None:  # started with stdout closed (`>&-`): every result would be lost
+            raise OutputError("standard output is closed; give it a file or /dev/null (e.g. '> out.txt')")
         args = build_parser().parse_args(args_list)
         args.context = Context.with_cache(args.cache)
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a full stdout fails here, while it can still be said in one line
+        if args.context.timings.ignored is not None:
+            note(args.context.timings.ignored)
+        failure = args.context.timings.write_failure
+        if failure is not None:
+            raise OutputPathError(failure)
+        return status
     except TpusimError as error:
         if debug:
             _print_traceback()
@@ -72,12 +91,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout is pointed at devnull so that the interpreter's final flush does not raise again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception as error:  # an internal error: say so in one line, the traceback only on request
-        if debug:
-            _print_traceback()
-        print(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)",
-              file=sys.stderr)
-        return 1
+    except OSError as error:
+        if error.filename is not None or error.errno not in _OUTPUT_FULL:
+            return _internal(error, debug)
+        # a write without a file name is a write to stdout: stdout goes to devnull so that the interpreter's final
+        # flush of what is still buffered does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"cannot write the output to stdout: {error.strerror or error}", file=sys.stderr)
+        return OutputError.exit_code
+    except Exception as error:
+        return _internal(error, debug)
+
+
+def _internal(error: Exception, debug: bool) -> int:
+    """An internal error: said in one line, the traceback only on request."""
+    if debug:
+        _print_traceback()
+    print(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -8,9 +8,7 @@ seconds, FLOP/s) that accept either SI numbers or strings with units.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -21,8 +19,9 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
-from tpusim.errors import ConfigError, closest
-from tpusim.limits import LimitError, exceeds, limit_of
+from tpusim.errors import ConfigError, closest, echo
+from tpusim.files import DIRECTORY, FileRefused, read_bounded
+from tpusim.limits import LimitError, exceeds
 from tpusim.units import UnitError, parse_bandwidth, parse_flops, parse_size, parse_time
 
 __all__ = [
@@ -198,12 +197,16 @@ class _StrictLoader(yaml.SafeLoader):
             except TypeError:  # unhashable key: the base class reports it with a proper mark
                 continue
             if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, f"duplicate key {key!r}",
+                raise _DuplicateKey(
+                    "while constructing a mapping", node.start_mark, f"duplicate key {key_text(key)}",
                     key_node.start_mark,
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping (its message quotes the key only if it is a plain name: ``key_text``)."""
 
 
 def _children(node: yaml.Node | None) -> list[yaml.Node]:
@@ -246,32 +249,25 @@ def load_yaml(path: Path | str, what: str = "YAML", shown: str | None = None) ->
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = exc.problem or exc.context or "malformed YAML"
+        problem = problem if isinstance(exc, _DuplicateKey) else _unquoted(problem)
         raise ConfigError(f"{shown}{line}: YAML syntax error: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{shown}: YAML syntax error: {exc}") from None
 
 
 def _read_text(path: Path, what: str, shown: str, valid: str = "a YAML file", limit: str = "file_bytes") -> str:
-    """The file's text, read only if it is a regular file within the size limit ``limit``: ``/dev/zero`` would
-    never end and a FIFO would block, so neither is read. ``valid`` says what the file should have been."""
+    """The file's text, read (``tpusim.files.read_bounded``) only if it is a regular file within the size limit
+    ``limit``: ``/dev/zero`` would never end and a FIFO would block, so neither is read. ``valid`` says what the
+    file should have been. A link to a regular file is followed: a user may name a file through one."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer before it can be refused
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} file {shown!r}: {exc.strerror or exc}") from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        reason = "Is a directory" if stat.S_ISDIR(mode) else "not a regular file (a device, FIFO or socket)"
-        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}; valid: {valid}")
-    with os.fdopen(descriptor, "rb") as handle:
-        try:
-            data = handle.read(limit_of(limit) + 1)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {what} file {shown!r}: {exc.strerror or exc}") from None
-    too_many = exceeds(limit, len(data))
-    if too_many is not None:
-        raise LimitError(f"{what} file {shown!r} is larger than the limit: its size {too_many}")
+        data = read_bounded(path, f"{what} file", limit, follow=True)
+    except FileRefused as refused:
+        if refused.too_large:
+            raise LimitError(f"{what} file {shown!r} is larger than the limit: {refused.reason}") from None
+        if refused.kind is None:
+            raise ConfigError(f"cannot read {what} file {shown!r}: {refused.reason}") from None
+        reason = "Is a directory" if refused.kind == DIRECTORY else "not a regular file (a device, FIFO or socket)"
+        raise ConfigError(f"cannot read {what} file {shown!r}: {reason}; valid: {valid}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -410,9 +406,49 @@ def _find_model(tp: Any, data: Any = None) -> type[BaseModel] | None:
     return None
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: Any) -> str:
+    """A value as messages quote it: a scalar cut to ``errors.ECHO_MAX`` characters; a mapping or a list only
+    described unless it holds nothing but numbers and plain names, since it may be a whole file of another kind
+    (whose text is never shown)."""
+    if isinstance(value, Mapping | list | tuple) and not _plain(value):
+        return (f"a mapping of {len(value)} key(s)" if isinstance(value, Mapping)
+                else f"a list of {len(value)} item(s)")
+    return echo(value)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds nothing but numbers, booleans, nulls and plain names (``_NAME``)."""
+    if isinstance(value, Mapping):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, int | float) or (isinstance(value, str) and bool(_NAME.fullmatch(value)))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+"""A key as a configuration file spells one: only such a key is quoted in a message."""
+_QUOTED = re.compile(r"""\s*(?:'[^']*'|"[^"]*")""")
+
+
+def _shape(value: Any) -> str:
+    """A value where a mapping was expected, where a whole file of another kind (a private key read as one string)
+    may stand: a number or a plain name as it is, any other string only by its length."""
+    if isinstance(value, str) and not _NAME.fullmatch(value):
+        return f"a string of {len(value)} characters"
+    return _short(value)
+
+
+def key_text(key: Any) -> str:
+    """A key as messages name it: a plain name quoted, anything else (a line of a file of another kind: a password
+    entry, a key) only described, so that no message shows a named file's text."""
+    if isinstance(key, str) and _NAME.fullmatch(key):
+        return repr(key)
+    return "(not a plain name; its text is not shown)"
+
+
+def _unquoted(problem: str) -> str:
+    """A YAML parser's problem without the text it quotes from the file (a tag, an alias, a character)."""
+    return _QUOTED.sub("", problem)
 
 
 def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, str | None]:
@@ -429,8 +465,9 @@ def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, s
         if kind == "missing":
             return f"missing required key {key!r} at {parent}", None
         listing = f"; valid keys: {', '.join(valid)}" if valid else ""
-        guess = closest(str(key), valid)
-        return f"unknown key {key!r} at {parent}{listing}", (f"did you mean {guess!r}?" if guess else None)
+        guess = closest(str(key), valid) if _NAME.fullmatch(str(key)) else None
+        return (f"unknown key {key_text(key)} at {parent}{listing}",
+                (f"did you mean {guess!r}?" if guess else None))
     where = _render(path)
     if kind == "tpusim":
         if error["ctx"]["style"] == Problem.RULE:
@@ -443,7 +480,7 @@ def _describe(error: Any, data: Any, model_cls: type[BaseModel]) -> tuple[str, s
     elif kind in ("value_error", "assertion_error") and "error" in error.get("ctx", {}):
         text = str(error["ctx"]["error"])
     elif kind in ("model_type", "dict_type"):
-        text = f"expected a mapping of keys, got {_short(error['input'])}"
+        text = f"expected a mapping of keys, got {_shape(error['input'])}"
     else:
         msg = error["msg"]
         text = f"{_short(error['input'])} is invalid: {msg[:1].lower()}{msg[1:]}"

@@ -9,7 +9,14 @@ temporary file and a rename.
 A disk entry is an envelope ``{"format", "key", "digest", "value"}``: it is used only when it names the key it is
 filed under, its value hashes to its digest, and its numbers are sound (``engine.result.bad_number``: finite, no
 negative time, byte count or ratio). Anything else (a truncated, foreign, corrupted or hand-edited file) counts
-as a miss, so the result is recomputed and the entry replaced (docs/results.md, "Caching").
+as a miss, so the result is recomputed and the entry replaced (docs/results.md, "Caching"). So does an entry that
+is not a regular file (a FIFO, a device, a directory, a link: read through ``tpusim.files``, never followed nor
+blocked on) or is larger than the limit ``cache_entry_bytes``; one that is not a regular file is not replaced either
+(``ignored`` says so, for a note).
+
+A disk entry that cannot be written (a full disk, a file size limit, a read-only folder) loses nothing but the
+entry: the result is returned all the same, and the first such failure is kept in ``write_failure`` for the command
+to report (one line, exit 2) or the run to note.
 """
 
 from __future__ import annotations
@@ -18,14 +25,15 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tpusim.engine.atomic import write_atomic
 from tpusim.engine.result import bad_number
 from tpusim.errors import OutputPathError
+from tpusim.files import FileRefused, UnsafePathError, read_bounded, target_kind, write_atomic
 
 _MEMORY_ENTRIES = 4096
 _FORMAT = 3  # 3: step results carry named_layout, so older entries no longer make a result
@@ -80,6 +88,10 @@ class TimingCache:
         self.rejected = 0
         """Disk entries found unsound and recomputed (see the module docstring)."""
         self.enabled = True
+        self.write_failure: str | None = None
+        """The first disk entry that could not be written, as one line saying why (None: every write worked)."""
+        self.ignored: str | None = None
+        """The first disk entry that is not a regular file, so neither read nor replaced, as one line."""
 
     def get(self, key: str) -> dict[str, Any] | None:
         if not self.enabled:
@@ -87,10 +99,11 @@ class TimingCache:
         value = self.memory.get(key)
         if value is None and self.folder is not None:
             path = self.folder / f"{key}.json"
-            if path.exists():
+            if os.path.lexists(path):
                 try:
-                    value = _unwrap(key, json.loads(path.read_text()))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                    text = read_bounded(path, "cache entry", "cache_entry_bytes", follow=False)
+                    value = _unwrap(key, json.loads(text.decode()))
+                except (FileRefused, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                     value = None
                 if value is None:
                     self.rejected += 1
@@ -106,9 +119,23 @@ class TimingCache:
             return
         self._remember(key, value)
         if self.folder is not None and bad_number(value) is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
             entry = {"format": _FORMAT, "key": key, "digest": cache_key(value), "value": value}
-            write_atomic(self.folder / f"{key}.json", json.dumps(entry, sort_keys=True, allow_nan=False))
+            path = self.folder / f"{key}.json"
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=False), "cache entry")
+            except UnsafePathError:
+                kind = target_kind(path)
+                if self.ignored is None:
+                    self.ignored = (f"cache entry {str(path)!r} is {kind or 'not a regular file'}: ignored and not "
+                                    "replaced (the result was computed)")
+            except OSError as error:
+                self._failed(f"cannot write the cache entry {str(path)!r}: {error.strerror or error}")
+
+    def _failed(self, why: str) -> None:
+        """Keep the first write failure; the result it was for is kept in memory and returned all the same."""
+        if self.write_failure is None:
+            self.write_failure = f"{why}; the result was not cached (it is computed again next time)"
 
     def adopt(self, entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """Entries another process computed (and filed in ``folder`` already, when it shares it): memory only."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tpusim.engine.cache import TimingCache, check_cache_folder
+from tpusim.errors import OutputPathError
 
 __all__ = ["CACHE_ENV", "Context"]
 
@@ -39,6 +40,9 @@ class Context:
         chosen = folder if folder is not None else os.environ.get(CACHE_ENV) or None
         if chosen is None:
             return cls(TimingCache(None))
+        if isinstance(chosen, str) and not chosen.strip():  # Path("") is the current folder: never meant
+            raise OutputPathError(f"cache folder {chosen!r} is empty; give the folder's path (it is created if "
+                                  "missing)")
         check_cache_folder(Path(chosen))
         return cls(TimingCache(Path(chosen)))
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from tpusim.engine.atomic import write_atomic
 from tpusim.engine.hbm import SETTLED
 from tpusim.errors import OutputPathError
+from tpusim.files import DIRECTORY, target_kind, unsafe_target, write_atomic
 
 if TYPE_CHECKING:
     from tpusim.topology import MeshMapping
@@ -273,7 +273,7 @@ class Tracer:
     def write(self, path: Path) -> None:
         """Write the trace to ``path`` atomically."""
         text = json.dumps(self.to_chrome(), separators=(",", ":"), allow_nan=False)
-        write_atomic(path, text)
+        write_atomic(path, text, "trace file")
 
 
 def _us(seconds: float) -> float:
@@ -328,7 +328,11 @@ def row_and_column(mapping: MeshMapping, chip: int) -> frozenset[int]:
 
 def check_output_file(path: Path, subject: str, when_folder: str) -> None:
     """Fail before any simulation if a file cannot be written to ``path``: each message starts with ``subject``
-    (``"trace path 'x.json'"``), followed by ``when_folder`` where ``path`` is a folder."""
+    (``"trace path 'x.json'"``), followed by ``when_folder`` where ``path`` is a folder. A device node, FIFO,
+    socket or symbolic link is refused as ``tpusim.files`` refuses it (the write would replace it)."""
+    kind = target_kind(path)
+    if kind is not None and kind != DIRECTORY:
+        raise unsafe_target(subject, kind)
     if path.is_dir():
         raise OutputPathError(f"{subject} {when_folder}")
     if not path.parent.is_dir():

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.config import Experiment
-from tpusim.errors import UserError
+from tpusim.errors import UserError, echo
 
 __all__ = ["check_run_arguments"]
 
@@ -21,7 +21,9 @@ def _path(name: str, value: Any, *, optional: bool) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, str | Path):
         shown = "a path (str or pathlib.Path)" + (" or None" if optional else "")
-        raise UserError(f"{name} {value!r} must be {shown}")
+        raise UserError(f"{name} {echo(value)} must be {shown}")
+    if isinstance(value, str) and not value.strip():  # Path("") is the current folder: never meant
+        raise UserError(f"{name} {value!r} is empty; give the folder's path (it is created if missing)")
 
 
 def _flag(name: str, value: Any) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from tpusim.engine.atomic import replace_atomically
+from tpusim.files import replace_atomically
 from tpusim.topology.physical import PhysicalTopology
 
 if TYPE_CHECKING:
@@ -478,4 +478,4 @@ def _summary(topology: PhysicalTopology, values: FloatArray) -> str:
 
 
 def _write_atomic(figure: Figure, target: Path) -> None:
-    replace_atomically(target, lambda handle: figure.savefig(handle, format="png", dpi=DPI))
+    replace_atomically(target, lambda handle: figure.savefig(handle, format="png", dpi=DPI), "link map")

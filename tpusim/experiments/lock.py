@@ -4,6 +4,11 @@
 kernel drops the lock when the holder exits, however it exits, so a lock file left by a run that died never blocks
 the next one: its stale text is simply replaced. The file stays in the folder, since removing it would let a
 waiting run lock a file of that name that another run has already replaced. POSIX only (``fcntl``).
+
+The lock is opened through ``tpusim.files`` with ``O_NOFOLLOW`` and checked with ``fstat``: a ``.lock`` that is a
+symbolic link (to a file outside the folder, say), a FIFO, a device or a directory is refused with one line and
+never written, and so is one with other hard links (truncating it would empty the file it shares). The holder's
+name is read back through the same descriptor, at most ``HOLDER_BYTES`` of it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tpusim.errors import OutputPathError
+from tpusim.files import FileRefused, open_regular
 
 __all__ = ["LOCK_NAME", "FolderBusy", "folder_lock"]
 
@@ -26,19 +32,21 @@ HOLDER_WAIT_S = 1.0
 """How long a refused run waits for the holder's name to appear in the lock file (it is written just after the lock
 is taken)."""
 HOLDER_POLL_S = 0.01
+HOLDER_BYTES = 65536
+"""The most of a lock file read to name its holder: a pid and a command line (a longer one names no holder)."""
 
 
 class FolderBusy(OutputPathError):
     """Another run holds the output folder's lock."""
 
 
-def _holder(path: Path) -> str:
-    """Who holds the lock at ``path``, as its file says; a holder that has just taken the lock is given a moment
-    to write its name there."""
+def _holder(handle: int) -> str:
+    """Who holds the lock open as ``handle``, as its file says; a holder that has just taken the lock is given a
+    moment to write its name there."""
     deadline = time.monotonic() + HOLDER_WAIT_S
     while True:
         try:
-            found = json.loads(path.read_text())
+            found = json.loads(os.pread(handle, HOLDER_BYTES, 0))
             return f"pid {int(found['pid'])}: {found['command']}"
         except (OSError, ValueError, KeyError, TypeError):
             if time.monotonic() > deadline:
@@ -63,14 +71,20 @@ def folder_lock(out: Path) -> Iterator[None]:
 
     path = out / LOCK_NAME
     try:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as error:
-        raise OutputPathError(f"output folder {str(out)!r} is not writable: {error.strerror}") from None
+        handle = open_regular(path, os.O_RDWR | os.O_CREAT, "the lock file", follow=False)
+    except FileRefused as refused:
+        if refused.kind is not None:
+            raise OutputPathError(f"{refused.message}; tpusim never writes through it (remove it: the run "
+                                  "creates its lock anew)") from None
+        raise OutputPathError(f"output folder {str(out)!r} is not writable: {refused.reason}") from None
     try:
+        if os.fstat(handle).st_nlink > 1:
+            raise OutputPathError(f"the lock file {str(path)!r} has other hard links; tpusim never writes "
+                                  "through it (remove it: the run creates its lock anew)")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderBusy(f"output folder {str(out)!r} is in use by another run ({_holder(path)}); wait for it "
+            raise FolderBusy(f"output folder {str(out)!r} is in use by another run ({_holder(handle)}); wait for it "
                              "to finish or give another --out folder") from None
         command = _command()
         try:

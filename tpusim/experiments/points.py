@@ -22,6 +22,8 @@ from tpusim.experiments.runners import RUNNERS, request_hardware
 _POINT: TypeAdapter[Point] = TypeAdapter(Point)
 INTERNAL_ERROR = "internal error: "
 """How the ``error`` of a point that met a bug begins."""
+CACHE_WARNING = "cache_warning"
+"""The outcome's key naming a disk cache entry that could not be written (the result stands; the run notes it)."""
 
 
 def _run(point: Point, context: Context) -> dict[str, Any]:
@@ -41,11 +43,16 @@ def _run(point: Point, context: Context) -> dict[str, Any]:
 def run_point(point_data: dict[str, Any], context: Context | None = None) -> dict[str, Any]:
     """Run one point given as plain data (so it can cross process and cluster boundaries)."""
     point = _POINT.validate_python(point_data)
+    context = context if context is not None else Context.with_cache()
     try:
-        result, error = _run(point, context if context is not None else Context.with_cache()), None
+        result, error = _run(point, context), None
     except UserError as failure:
         result, error = {}, failure.message
     except Exception as failure:  # a bug: kept in the point's row, so the rest of the sweep still runs
         result, error = {}, f"{INTERNAL_ERROR}{type(failure).__name__}: {failure}"
-    return {"result": result, "error": error}
+    outcome: dict[str, Any] = {"result": result, "error": error}
+    warning = context.timings.write_failure or context.timings.ignored
+    if warning is not None:  # only the cache lost: the point's result is recorded
+        outcome[CACHE_WARNING] = warning
+    return outcome
 

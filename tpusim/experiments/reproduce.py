@@ -11,20 +11,21 @@ earlier run left in ``DIR/X/`` (to restyle a figure without re-running hours of 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tpusim.engine.atomic import write_atomic
-from tpusim.errors import UserError
+from tpusim.errors import OutputPathError, UserError
 from tpusim.experiments.families import family_names, get_family
 from tpusim.experiments.families.common import BASELINE
 from tpusim.experiments.interrupts import RunInterrupted
 from tpusim.experiments.results import check_output_dir, render_csv
 from tpusim.experiments.run import run_experiment
 from tpusim.experiments.spec import load_experiment
+from tpusim.files import FileRefused, read_bounded, write_atomic
 from tpusim.hardware import load_hardware
 
 
@@ -41,11 +42,13 @@ def _stored_run(folder: Path, family: str, hardware: str | None) -> tuple[list[d
     path = folder / "results.json"
     again = f"run 'tpusim reproduce {family} --out {folder.parent}' first"
     try:
-        stored = json.loads(path.read_text())
+        stored = json.loads(read_bounded(path, "results file", "results_bytes", follow=False))
         profile = _profile_name(stored["experiment"]["point"]["hardware"])
         entries, finished, total = stored["points"], stored["points_finished"], stored["points_total"]
-    except FileNotFoundError:
-        raise UserError(f"--redraw: {str(path)!r} does not exist; {again}") from None
+    except FileRefused as refused:
+        if not os.path.lexists(path):
+            raise UserError(f"--redraw: {str(path)!r} does not exist; {again}") from None
+        raise UserError(f"--redraw: {refused.message}") from None
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"--redraw: {str(path)!r} is not a tpusim results file ({error}); {again}") from None
     if finished != total:
@@ -62,6 +65,8 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
     """Run family ``name`` (or ``all``) into ``out``; with ``redraw``, only draw its table and figure again from
     the results an earlier run stored there. ``progress`` hears (family, points done, points in all) as each
     point of a family finishes."""
+    if isinstance(out, str) and not out.strip():  # Path("") is the current folder: never meant
+        raise UserError("out '' is empty; give the folder the results go to (it is created if missing)")
     names = family_names() if name == "all" else [get_family(name).name]
     if hardware is not None and not redraw:
         load_hardware(hardware)  # fail on a bad name before anything runs
@@ -79,8 +84,12 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
         rows = family.table(entries)
         csv_path = folder / f"{family_name}.csv"
         png_path = folder / f"{family_name}.png"
-        write_atomic(csv_path, render_csv(rows, list(rows[0]) if rows else []))
-        family.plot(rows, png_path, f"{family.title} [{profile}]")
+        try:
+            write_atomic(csv_path, render_csv(rows, list(rows[0]) if rows else []), "table")
+            family.plot(rows, png_path, f"{family.title} [{profile}]")
+        except OSError as error:  # a full disk, a file size limit: the run's results.json is whole
+            raise OutputPathError(f"cannot write the {family_name} table and figure in {str(folder)!r}: "
+                                  f"{error.strerror or error}; the files there stay as they were") from None
         outputs.append(FamilyOutput(family_name, csv_path, png_path, rows))
     return outputs
 

@@ -4,6 +4,10 @@ After every finished point both result files are rewritten through a temporary f
 run killed at any moment leaves valid files holding every point that finished. ``results.json`` carries
 the resolved experiment, the tpusim version and a config hash, but no times or dates: two runs of the same
 experiment, on any executor, produce byte-identical files. Wall-clock times go to ``run_meta.json``.
+
+Every file is written and read back through ``tpusim.files``: a results file that is not a regular file (a FIFO,
+a device, a directory, a link) is refused with one line before any point runs, and one read back larger than the
+limit ``results_bytes`` is refused, never read whole.
 """
 
 from __future__ import annotations
@@ -12,35 +16,58 @@ import csv
 import io
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
 import tpusim
-from tpusim.engine.atomic import write_atomic
 from tpusim.errors import OutputPathError
 from tpusim.experiments.rows import row_of
+from tpusim.files import FileRefused, check_target, create_exclusive, read_bounded, write_atomic
+
+RESULT_FILES = ("results.csv", "results.json", "run_meta.json")
+"""The files a run writes in its folder (and reads back, but for the CSV, to resume)."""
 
 
 def check_output_dir(out: Path) -> None:
-    """Fail before any simulation if ``out`` cannot hold the results (a name too long is one way)."""
+    """Fail before any simulation if ``out`` cannot hold the results (a name too long is one way, a results file
+    that is a FIFO or a link another)."""
     try:
         if out.exists() and not out.is_dir():
             raise OutputPathError(f"output path {str(out)!r} is a file; give a folder (it is created if missing)")
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".tpusim-write-test.{os.getpid()}"  # this process's own: runs may start side by side
-        probe.write_text("")
+        # this process's own, created anew (never a file or a link already there): runs may start side by side
+        probe = out / f".tpusim-write-test.{os.getpid()}.{secrets.token_hex(4)}"
+        os.close(create_exclusive(probe))
         probe.unlink()
     except OSError as error:
         raise OutputPathError(f"output folder {str(out)!r} is not writable: {error.strerror}") from None
+    for name in RESULT_FILES:
+        check_target(out / name, "results file")
+
+
+def _read_state(path: Path) -> Any:
+    """The JSON document of the run's own file at ``path`` (None where there is none, or it is not JSON); one
+    that is not a regular file or larger than the limit ``results_bytes`` is refused in one line."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return json.loads(read_bounded(path, "results file", "results_bytes", follow=False))
+    except FileRefused as refused:
+        raise OutputPathError(f"{refused.message}; it cannot be resumed or replaced (use another --out folder)",
+                              ) from None
+    except (ValueError, RecursionError):  # not JSON (a truncated or foreign file): as good as none
+        return None
 
 
 def _wall_times(meta: Path) -> dict[int, float]:
     """The per-point wall times of an earlier run; none where the file is missing or unreadable (they are only
     informative)."""
+    document = _read_state(meta)
     try:
-        found = json.loads(meta.read_text()).get("point_wall_s", {}) if meta.exists() else {}
+        found = document.get("point_wall_s", {}) if document is not None else {}
         return {int(k): float(v) for k, v in found.items()}
-    except (OSError, json.JSONDecodeError, ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError):
         return {}
 
 
@@ -84,10 +111,7 @@ class ResultsFiles:
         """The results document already in the folder, if it is one; refuses one of another experiment, whose
         finished points a run must never replace."""
         path = self.out / "results.json"
-        try:
-            data = json.loads(path.read_text()) if path.exists() else None
-        except (OSError, json.JSONDecodeError):
-            return None
+        data = _read_state(path)
         if not isinstance(data, dict):
             return None
         if data.get("config_hash") != self.config_hash:
@@ -153,7 +177,8 @@ class ResultsFiles:
 
     def _write(self, meta: dict[str, Any] | None) -> None:
         order = sorted(self.points)
-        write_atomic(self.out / "results.csv", render_csv([self.rows[i] for i in order], self.columns))
+        write_atomic(self.out / "results.csv", render_csv([self.rows[i] for i in order], self.columns),
+                     "results file")
         document = {
             "tpusim_version": tpusim.__version__,
             "config_hash": self.config_hash,
@@ -162,7 +187,9 @@ class ResultsFiles:
             "points_finished": len(order),
             "points": [self.points[i] for i in order],
         }
-        write_atomic(self.out / "results.json", json.dumps(document, sort_keys=True, indent=1, allow_nan=False))
+        write_atomic(self.out / "results.json", json.dumps(document, sort_keys=True, indent=1, allow_nan=False),
+                     "results file")
         run_meta = {"point_wall_s": {str(i): self.wall[i] for i in sorted(self.wall)}}
         run_meta.update(meta or {})
-        write_atomic(self.out / "run_meta.json", json.dumps(run_meta, sort_keys=True, indent=1, allow_nan=False))
+        write_atomic(self.out / "run_meta.json", json.dumps(run_meta, sort_keys=True, indent=1, allow_nan=False),
+                     "results file")

@@ -23,7 +23,7 @@ from typing import Any
 
 from tpusim.config import Experiment
 from tpusim.config.catalog import EXPERIMENTS
-from tpusim.errors import UserError
+from tpusim.errors import UserError, echo
 from tpusim.experiments.arguments import check_run_arguments
 from tpusim.experiments.executors import (
     DASK_CONNECT_TIMEOUT_S,
@@ -34,11 +34,12 @@ from tpusim.experiments.executors import (
 )
 from tpusim.experiments.interrupts import Interrupted, RunInterrupted, interrupts_raised
 from tpusim.experiments.lock import folder_lock
-from tpusim.experiments.points import INTERNAL_ERROR
+from tpusim.experiments.points import CACHE_WARNING, INTERNAL_ERROR
 from tpusim.experiments.references import check_references, digests_of, reference_digests
 from tpusim.experiments.results import ResultsFiles, check_output_dir, render_csv
 from tpusim.experiments.rows import NO_ERROR, csv_columns
 from tpusim.experiments.spec import expand, experiment_hash, load_experiment, point_hash
+from tpusim.limits import LIMIT_DIGITS
 
 FAULT_ENV = "TPUSIM_FAULT_KILL_AFTER"
 
@@ -101,6 +102,7 @@ def run_experiment(
     connection to a Dask ``scheduler``."""
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
                         scheduler=scheduler, force=force, timeout=timeout, connect_timeout=connect_timeout)
+    _fault_after()  # a malformed fault variable is refused before anything is written
     source = "experiment"
     experiment_file: Path | None = None
     if not isinstance(experiment, Experiment):
@@ -157,17 +159,20 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
             or files.points[i].get("stopped")]
     skipped = len(points) - len(todo)
     files.flush({"started": time.time()})
-    fault_after = int(os.environ.get(FAULT_ENV, "0") or 0)
+    fault_after = _fault_after()
     start = time.monotonic()
     folder = None if cache is None else str(cache)
     stream = (run_dask(todo, scheduler, jobs, folder, connect_timeout) if executor == "dask"
               else run_local(todo, jobs, folder, timeout))
     stopped: list[str] = []
+    cache_warnings: list[str] = []
     interrupted: Interrupted | None = None
     try:
         for written, (index, outcome, wall) in enumerate(stream, start=1):
             if outcome.get("stopped"):
                 stopped.append(outcome["error"])
+            if outcome.get(CACHE_WARNING):
+                cache_warnings.append(outcome[CACHE_WARNING])
             files.add(index, hashes[index], settings[index], outcome, wall)
             if progress is not None:
                 progress(len(files.points), len(points))
@@ -182,6 +187,9 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
         raise RunInterrupted(f"interrupted by {signal.Signals(interrupted.signum).name}: {len(files.points)} of "
                              f"{len(points)} points finished in {str(out_dir)!r}", interrupted.signum,
                              "run the same command with --resume to finish the rest")
+    if cache_warnings:
+        notes.append(f"the disk cache was not written for {len(cache_warnings)} point(s) (first: {cache_warnings[0]}); "
+                     "their results are recorded")
     rows = [files.rows[i] for i in sorted(files.rows)]
     summary = RunSummary(out_dir, len(points), len(files.points), skipped,
                          sum(1 for r in rows if r["error"] != NO_ERROR), rows, notes,
@@ -192,6 +200,17 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
                          f"in {str(out_dir)!r} say so{others}",
                          "rerun with --resume (and a larger --timeout) to run them again")
     return summary
+
+
+def _fault_after() -> int:
+    """The ``TPUSIM_FAULT_KILL_AFTER`` count (0: never); anything but a whole number >= 0 is one line."""
+    text = os.environ.get(FAULT_ENV, "").strip()
+    if not text:
+        return 0
+    if not (text.isascii() and text.isdigit()) or len(text) > LIMIT_DIGITS:
+        raise UserError(f"{FAULT_ENV} {echo(text)} must be a whole number >= 0 (the points after which the run "
+                        "kills itself; 0 or unset: never)")
+    return int(text)
 
 
 def _varying_keys(experiment: Experiment) -> list[str]:

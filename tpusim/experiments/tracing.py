@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
-from tpusim.errors import UserError
+from tpusim.errors import OutputPathError, UserError
 
 __all__ = ["check_trace_chips", "finish_trace", "start_trace"]
 
@@ -38,5 +38,9 @@ def finish_trace(tracer: Tracer | None, path: str | Path | None, result: Any) ->
     """Write the trace (atomically: a whole file or none) and say so in the result's notes."""
     if tracer is None or path is None:
         return
-    tracer.write(Path(path))
+    try:
+        tracer.write(Path(path))
+    except OSError as error:  # a full disk, a file size limit, a read-only file system: the run's result stands
+        raise OutputPathError(f"cannot write the trace file {str(path)!r}: {error.strerror or error}; an earlier file "
+                              "there is unchanged") from None
     result.notes.append(f"trace written to {path}")

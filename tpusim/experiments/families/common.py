@@ -7,6 +7,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tpusim.files import replace_atomically
+
 MODELS = ("gpt3-175b", "megatron-nlg-530b-ms")
 # the MeshSlice paper's abstract; docs/validation.md#known-differences-from-the-meshslice-paper
 PAPER_SPEEDUP = MappingProxyType({"gpt3-175b": 0.120, "megatron-nlg-530b-ms": 0.234})
@@ -96,7 +98,7 @@ def save(fig: Any, path: Path, title: str, *, note: str | None = None,
             columns -= 1
         bottom += box.get_window_extent(renderer).height / fig.bbox.height + gap
     fig.tight_layout(rect=(0.0, bottom, 1.0, 1.0))
-    fig.savefig(path, dpi=110)
+    replace_atomically(Path(path), lambda handle: fig.savefig(handle, format="png", dpi=110), "figure")
     _pyplot().close(fig)
 
 
