@@ -1,6 +1,6 @@
-"""The calibration procedure of achievable rates (tpusim/experiments/measurements/fit.py, docs/validation.md#calibration):
-the scalar fit recovers a planted constant, the shipped profiles carry exactly what the procedure prints, and the
-calibration rows and the v4-32 comparison meet their bounds at the shipped constants."""
+"""The calibration procedure of achievable rates (tpusim/experiments/measurements/fit.py,
+docs/validation.md#calibration): the scalar fit recovers a planted constant, the shipped profiles carry exactly
+what the procedure prints, and the calibration rows and the v4-32 comparison meet their bounds."""
 
 from __future__ import annotations
 

@@ -432,9 +432,9 @@ def test_scaled_hbm_and_flops_scale_the_efficiencies() -> None:
 
 
 def test_a_slower_mxu_lowers_mfu() -> None:
-    from tests.small_model import SMALL_MODEL_YAML
     import yaml
 
+    from tests.small_model import SMALL_MODEL_YAML
     from tpusim.config.requests import StepRequest
     from tpusim.experiments.runners import run_request
 

@@ -32,7 +32,8 @@ def test_int8_gemm_time_is_the_roofline_hand_formula(m: int, n: int, k: int) -> 
     compute = 2 * pad(m) * pad(n) * pad(k) / (393e12 * spec.mxu_efficiency)
     memory = (1 * (m * k + k * n) + 2 * m * n) / (spec.hbm_bandwidth * spec.hbm_efficiency)  # int8 operands
     assert chip.gemm_time(m, n, k) == pytest.approx(spec.op_overhead + max(compute, memory), rel=1e-12)
-    accumulated = (1 * (m * k + k * n) + 2 * 4 * m * n) / (spec.hbm_bandwidth * spec.hbm_efficiency)  # the fp32 accumulator read and written
+    # the fp32 accumulator read and written
+    accumulated = (1 * (m * k + k * n) + 2 * 4 * m * n) / (spec.hbm_bandwidth * spec.hbm_efficiency)
     assert chip.gemm_time(m, n, k, accumulate=True) == pytest.approx(spec.op_overhead + max(compute, accumulated),
                                                                      rel=1e-12)
 

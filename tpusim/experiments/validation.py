@@ -61,8 +61,8 @@ def toy_profile() -> HardwareProfile:
                                    "calibration": Calibration(all_gather=fit, reduce_scatter=fit, send_recv=fit)})
 
 
-def _collective(hardware: str | HardwareProfile, mesh: str, axis: int, op: str, nbytes: float, topology: str | None = None,
-                **extra: object) -> float:
+def _collective(hardware: str | HardwareProfile, mesh: str, axis: int, op: str, nbytes: float,
+                topology: str | None = None, **extra: object) -> float:
     result = run_request(CollectiveRequest, {"hardware": hardware, "mesh": mesh, "axis": axis, "op": op,
                                              "bytes": int(nbytes), "topology": topology, **extra})
     return float(result.time_s) / us

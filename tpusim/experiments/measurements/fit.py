@@ -189,7 +189,8 @@ def fit_text(calibration: Calibration) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpusim.experiments.measurements.fit",
-                                     description="Fit tpusim's achievable-rate constants (docs/validation.md#calibration)")
+                                     description="Fit tpusim's achievable-rate constants "
+                                                 "(docs/validation.md#calibration)")
     parser.add_argument("--json", action="store_true", help="print the constants and residuals as JSON")
     args = parser.parse_args(argv)
     calibration = calibrate()
