@@ -292,7 +292,7 @@ point:
   k: 64
 sweep:
   grid:
-    algorithm: [summa, meshslice]
+    slices: [1, 2]
     scale.beta: [1, 2]
 """
 
