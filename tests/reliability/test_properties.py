@@ -292,7 +292,7 @@ point:
   k: 64
 sweep:
   grid:
-    algorithm: [summa, meshslice]
+    slices: [1, 2]
     scale.beta: [1, 2]
 """
 
@@ -313,7 +313,7 @@ def test_mutated_experiment_through_the_cli(text: str, scratch: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["run", str(path), "--out", str(path.with_suffix("")), "--quiet"])
-    assert code in (0, 2), err.getvalue()
+    assert code in (0, 2, 4), err.getvalue()  # 4: a mutated value some point could not be simulated with
     assert "Traceback" not in err.getvalue()
     if code == 2:
         assert out.getvalue() == ""

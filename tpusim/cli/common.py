@@ -11,26 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.errors import UserError, unknown_name
-from tpusim.units import UnitError, format_time, parse_count, parse_size
+from tpusim.units import UnitError, format_time, parse_count
 
 
 class UsageError(UserError):
     """A command-line argument that cannot be accepted."""
-
-
-def size_arg(flag: str) -> Callable[[str], int]:
-    """An argparse type for byte sizes (``64MB``, ``8MiB``) that must come out as whole bytes."""
-
-    def parse(text: str) -> int:
-        try:
-            value = parse_size(text)
-        except UnitError as error:
-            raise UsageError(f"{flag}: {error}") from None
-        if value != int(value):
-            raise UsageError(f"{flag}: size {text!r} is not a whole number of bytes")
-        return int(value)
-
-    return parse
 
 
 def name_arg(kind: str, names: list[str]) -> Callable[[str], str]:

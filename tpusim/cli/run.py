@@ -33,14 +33,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpusim.experiments.run import run_experiment
+    from tpusim.experiments.run import POINT_ERRORS_EXIT, run_experiment
 
     with Bar("point", quiet=args.quiet) as bar:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
                                  scheduler=args.scheduler, resume=args.resume, timeout=args.timeout, force=args.force,
                                  yes=args.yes, progress=bar.update, cache=args.context.cache_folder,
                                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
-    failed = 1 if summary.internal_errors else 0  # a bug met in some point: the others ran, the run still fails
+    # a point that met a bug, or one that could not be simulated: the others ran, and the run still fails
+    failed = 1 if summary.internal_errors else POINT_ERRORS_EXIT if summary.errors else 0
     if args.json:
         emit_json(summary.to_dict())
         return failed

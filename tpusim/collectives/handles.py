@@ -7,8 +7,6 @@ dtype, no data) is known from the caller's input alone, which lets a GeMM start 
 
 from __future__ import annotations
 
-from typing import Any
-
 import simpy
 
 from tpusim.engine.tensor import Tensor
@@ -39,7 +37,3 @@ def expected_of(item: Tensor | simpy.Event) -> Tensor:
     if isinstance(item, Pending | PendingTimeout):
         return item.expected
     raise TypeError(f"{item!r} is neither a tensor nor a pending tensor")
-
-
-def is_pending(item: Any) -> bool:
-    return isinstance(item, simpy.Event)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -361,8 +361,3 @@ def parse_chip_list(text: str) -> frozenset[int]:
     if any(c < 0 for c in chips):
         raise ValueError(f"chip list {text!r} has a negative chip id")
     return frozenset(chips)
-
-
-def spans_of(tracer: Tracer, track_prefix: str) -> Iterable[Span]:
-    """Spans whose track starts with ``track_prefix`` (e.g. ``"MXU"``, ``"ICI"``)."""
-    return (s for s in tracer.spans if s[1].startswith(track_prefix))

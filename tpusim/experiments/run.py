@@ -3,7 +3,9 @@
 Points run on the chosen executor; each finished point is written at once (``results.ResultsFiles``).
 The folder is locked for the whole run (``lock``). ``resume`` skips points already in the folder's results,
 except those stopped before they finished. ``timeout`` stops a point that runs longer than that many seconds
-(``workers``): its row says so, the rest of the sweep runs, and the run ends with exit status 1. SIGINT and
+(``workers``): its row says so, the rest of the sweep runs, and the run ends with exit status 1. A point that
+could not be simulated keeps its error in its row; ``tpusim run`` then ends with ``POINT_ERRORS_EXIT``. Every name
+a point uses is checked before the first one runs (``names``). SIGINT and
 SIGTERM stop the run cleanly (``interrupts``): the workers are stopped, finished points kept, exit status 128 +
 the signal. A results file that cannot be written (a full disk, a file size limit) ends the run with one line,
 exit status 2, the files written before intact. A fault-injection variable, ``TPUSIM_FAULT_KILL_AFTER=n``, makes
@@ -34,6 +36,7 @@ from tpusim.experiments.executors import (
 )
 from tpusim.experiments.interrupts import Interrupted, RunInterrupted, interrupts_raised
 from tpusim.experiments.lock import folder_lock
+from tpusim.experiments.names import check_names
 from tpusim.experiments.points import CACHE_WARNING, INTERNAL_ERROR
 from tpusim.experiments.references import check_references, digests_of, reference_digests
 from tpusim.experiments.results import ResultsFiles, check_output_dir, render_csv
@@ -42,6 +45,9 @@ from tpusim.experiments.spec import expand, experiment_hash, load_experiment, po
 from tpusim.limits import LIMIT_DIGITS
 
 FAULT_ENV = "TPUSIM_FAULT_KILL_AFTER"
+POINT_ERRORS_EXIT = 4
+"""``tpusim run``'s exit status when every point ran but some could not be simulated (a user error in its
+``error`` column: an infeasible corner of the sweep, say); a point that met a bug makes it 1 instead."""
 
 
 class RunTimeout(UserError):
@@ -124,6 +130,7 @@ def run_experiment(
         check_scheduler_address(scheduler)
     points = expand(experiment, source, None if yes else experiment.max_points)  # sized before it is built
     check_references(points, experiment_file, source)
+    check_names(points, source)
     out_dir = Path(out)
     check_output_dir(out_dir)
     with folder_lock(out_dir), interrupts_raised():

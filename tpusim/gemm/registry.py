@@ -1,7 +1,9 @@
-"""The named distributed GeMM algorithms: the built-in ones, listed here, and any a user adds explicitly.
+"""The named distributed GeMM algorithms: the built-in ones, listed here, the plug-ins', and any a user adds.
 
 ``get_algorithm`` resolves a name (an unknown one is an error listing the known names, never a silent fallback);
-``register_algorithm`` adds an algorithm object under its ``name``, and a name taken twice is an error.
+``register_algorithm`` adds an algorithm object under its ``name``, and a name taken twice is an error. The last
+step of this module's import loads the plug-ins (``tpusim.gemm.plugins``), so every process that can look a name
+up has them; the package's ``__init__`` imports this module first, so a plug-in may import any GeMM module.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from tpusim.gemm.algorithms.meshslice import MeshSlice
 from tpusim.gemm.algorithms.summa import Summa
 from tpusim.gemm.algorithms.tp1d import Tp1dGemm
 from tpusim.gemm.algorithms.wang import WangGemm
+from tpusim.gemm.plugins import load_plugins
 
 __all__ = ["algorithms", "get_algorithm", "register_algorithm"]
 
@@ -44,3 +47,6 @@ def get_algorithm(name: str) -> GemmAlgorithm:
 def algorithms() -> dict[str, GemmAlgorithm]:
     """Every registered algorithm, by name, sorted."""
     return dict(sorted(_ALGORITHMS.items()))
+
+
+load_plugins()  # last: a plug-in's own import of this module finds every name above defined

@@ -8,7 +8,12 @@ its own, sharing only the disk cache folder when one is named; a simulation is d
 depends on which process or which cache produced it.
 
 Workers are forked from a server that has imported tpusim once (``forkserver``): they start in milliseconds
-and inherit no state of the calling process (threads, open files, caches).
+and inherit no state of the calling process (threads, open files, caches); the server's import of the algorithm
+registry loads the plug-ins (``tpusim.gemm.plugins``), so a worker knows every algorithm the caller does.
+
+A simulation that raises on a worker raises the same error in the caller, where the search waits for it: the
+command reports it as it would with one process (one line, exit status 2 for a user error), and nothing is
+simulated a second time.
 """
 
 from __future__ import annotations
@@ -44,43 +49,32 @@ Entries = list[tuple[str, dict[str, Any]]]
 
 
 def _simulate_gemms(jobs: Sequence[tuple[GemmProblem, GemmParams]], algorithm: str, hardware: HardwareProfile,
-                    mapping: MeshMapping, fidelity: Fidelity,
-                    folder: Path | None) -> tuple[list[float | None], Entries]:
-    """The simulated time of each GeMM (None where the simulation raised: the search then runs that one itself,
-    so the error surfaces where it would with one process), and the timing-cache entries made on the way."""
+                    mapping: MeshMapping, fidelity: Fidelity, folder: Path | None) -> tuple[list[float], Entries]:
+    """The simulated time of each GeMM, and the timing-cache entries made on the way."""
     context = Context.with_cache(folder)
-    times: list[float | None] = []
-    for problem, params in jobs:
-        try:
-            times.append(simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity,
-                                       context=context).time_s)
-        except Exception:  # an error need not survive pickling: the search meets it again in its own process
-            times.append(None)
+    times = [simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity, context=context).time_s
+             for problem, params in jobs]
     return times, list(context.timings.memory.items())
 
 
 def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, folder: Path | None,
-                   entries: Entries) -> StepResult | None:
-    """The whole step, reusing ``entries`` (the GeMMs priced on its mesh); None where it raised (the search then
-    simulates it itself, as for a GeMM)."""
+                   entries: Entries) -> StepResult:
+    """The whole step, reusing ``entries`` (the GeMMs priced on its mesh)."""
     context = Context.with_cache(folder)
     context.timings.adopt(entries)
-    try:
-        return simulate_step(spec, hardware, mapping, context=context)
-    except Exception:  # see _simulate_gemms
-        return None
+    return simulate_step(spec, hardware, mapping, context=context)
 
 
 class PendingTimes:
     """GeMM times the workers are simulating, under the caller's keys."""
 
-    def __init__(self, parts: list[tuple[list[Hashable], Future[tuple[list[float | None], Entries]]]]) -> None:
+    def __init__(self, parts: list[tuple[list[Hashable], Future[tuple[list[float], Entries]]]]) -> None:
         self._parts = parts
 
-    def result(self) -> tuple[list[tuple[Hashable, float | None]], Entries]:
-        """Each key and its time (None where the simulation raised), once every one is done, and the
-        timing-cache entries the workers made."""
-        times: list[tuple[Hashable, float | None]] = []
+    def result(self) -> tuple[list[tuple[Hashable, float]], Entries]:
+        """Each key and its time, once every one is done, and the timing-cache entries the workers made; the
+        first error a worker's simulation raised is raised here."""
+        times: list[tuple[Hashable, float]] = []
         entries: Entries = []
         for keys, future in self._parts:
             values, made = future.result()
@@ -119,7 +113,7 @@ class SimulationPool:
         return PendingTimes(parts)
 
     def step(self, spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-             entries: Entries) -> Future[StepResult | None]:
+             entries: Entries) -> Future[StepResult]:
         return self._executor.submit(_simulate_step, spec, hardware, mapping, self.folder, entries)
 
     def close(self) -> None:

@@ -437,12 +437,11 @@ def _submit(pool: SimulationPool, search: _MeshSearch) -> PendingTimes:
 
 
 def _collect(search: _MeshSearch, pending: PendingTimes) -> None:
-    """Store the workers' prices of one mesh in the search's cache (what failed is left to the search), and
-    their simulations in its context, where the whole steps timed on this mesh find them as one process would."""
+    """Store the workers' prices of one mesh in the search's cache (a worker's error is raised here), and their
+    simulations in its context, where the whole steps timed on this mesh find them as one process would."""
     times, entries = pending.result()
     for key, value in times:
-        if value is not None:
-            search.pricer.cache.store(key, value)
+        search.pricer.cache.store(key, value)
     search.pricer.cache.context.timings.adopt(entries)
     search.simulations = entries
 
@@ -532,8 +531,9 @@ def _time(pool: SimulationPool | None, timings: list[tuple[_MeshSearch, Plan]], 
             if future is not None:
                 future.cancel()
             continue
-        result = future.result() if future is not None else None
-        if result is None:  # one process, or the worker's simulation failed: this one raises the error
+        if future is not None:  # a worker's error is raised here
+            result = future.result()
+        else:
             result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
                                    context=search.pricer.cache.context)
         choices.append(_choice(search, plan, result, spec, layers))

@@ -1,0 +1,73 @@
+"""The contract every registered algorithm passes, the built-ins and the plug-ins of ``$TPUSIM_PLUGINS`` alike.
+
+For every dataflow, both layouts (plain and transposed) and five mesh shapes (square, tall, wide, 1xn, nx1), the
+algorithm's program run on numpy blocks assembles exactly ``X @ W`` of the dataflow, on both kinds of network: the
+calibrated one (``meshslice-tpu-fit``: every axis an abstract ring, the network on which every closed form of
+docs/algorithms.md is exact) and the physical one (``tpuv4`` on a torus of the mesh's own shape, whose plans move
+the payloads over real links). On the calibrated network the simulated time must equal the algorithm's closed form
+wherever it claims one (on the physical torus a closed form may be an upper bound: docs/algorithms.md#summa). A
+combination is left out only where the algorithm's own feasibility rule refuses it, and then the refusal must be
+one clean line and the simulation must refuse it the same way.
+
+``TPUSIM_PLUGINS=my_alg python -m pytest tests/gemm/test_contract.py -k my-alg`` (``tests/plugins`` on the path)
+runs the contract on a plug-in; tests/gemm/test_plugin_contract.py proves it fails for a wrong product.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpusim.errors import UserError
+from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import algorithms, get_algorithm
+from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.vocabulary import Dataflow
+
+MESHES = {"square": (2, 2), "tall": (4, 2), "wide": (2, 4), "1xn": (1, 4), "nx1": (4, 1)}
+DIMS = (64, 128, 192)
+"""M, N, K: small, distinct, and divisible by what MeshSlice needs for two slices on every mesh here
+(lcm(R, C) x 8 x 2)."""
+NETWORKS = {"calibrated": "meshslice-tpu-fit", "physical": "tpuv4"}
+EXACT = 1e-9
+"""Largest absolute error of an exact schedule: float64 sums of at most K products of standard normals."""
+
+
+def _params(name: str, problem: GemmProblem, mesh: tuple[int, int]) -> GemmParams:
+    """Default parameters; a slicing algorithm takes two slices where it can, else its smallest feasible count."""
+    algorithm = get_algorithm(name)
+    if not algorithm.uses_slices:
+        return GemmParams()
+    options = algorithm.slice_options(problem, mesh, GemmParams(slices=1)) or [1]
+    return GemmParams(slices=2 if 2 in options else options[0])
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+@pytest.mark.parametrize("mesh", sorted(MESHES))
+@pytest.mark.parametrize("transpose", [False, True], ids=["plain", "transposed"])
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+@pytest.mark.parametrize("name", sorted(algorithms()))
+def test_the_algorithm_computes_the_product_and_equals_its_closed_form(
+        profile_mesh, name: str, dataflow: Dataflow, transpose: bool, mesh: str, network: str) -> None:
+    shape = MESHES[mesh]
+    hardware, mapping = profile_mesh(NETWORKS[network], *shape)
+    problem = GemmProblem(*DIMS, dataflow, transpose)
+    params = _params(name, problem, shape)
+    try:
+        check_gemm(get_algorithm(name), problem, shape, params)
+    except UserError as refusal:  # the algorithm's own rule: a clean line, and the simulation says the same
+        assert refusal.message and "\n" not in refusal.message
+        with pytest.raises(type(refusal)) as simulated:
+            simulate_gemm(problem, name, params, hardware, mapping, verify=True)
+        assert simulated.value.message == refusal.message
+        pytest.skip(f"refused by {name}: {refusal.message}")
+    result = simulate_gemm(problem, name, params, hardware, mapping, verify=True)
+    assert result.max_abs_error is not None and result.max_abs_error < EXACT
+    if network == "calibrated":  # every collective there has a closed form, so every algorithm's twin exists
+        assert result.analytic_time_s is not None
+        assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9, abs=0.0)
+
+
+def test_every_builtin_is_under_contract() -> None:
+    """The parametrisation reads the registry: the seven built-ins are all in it."""
+    assert {"cannon", "collective", "fsdp", "meshslice", "summa", "tp1d", "wang"} <= set(algorithms())
