@@ -10,8 +10,9 @@
 5. The runtime's overlap limit serialises the collective 2D GeMM's two gathers by exactly the shorter one.
 6. Results record the collective switches a request chose.
 
-B = 45e9 B/s per link direction, a = 1 us per hop everywhere; ``tpuv4`` adds o_AG = 13 us, o_RS = 26 us launch,
-s = 4 us handshake per transfer, and 3 HBM passes at 1.2e12 B/s per byte reduced.
+B = 45e9 B/s per link direction on the wire (``tpuv4`` runs its links at 0.826 of that), a = 1 us per hop everywhere;
+``tpuv4`` adds o_AG = 13 us, o_RS = 26 us launch,
+s = 4 us handshake per transfer, and 3 HBM passes at 0.9 x 1.2e12 B/s per byte reduced.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ from tpusim.vocabulary import CollectiveOp, Dataflow, Fidelity, MultiAxis, Prefe
 TPUV4 = load_hardware("tpuv4")
 WIRE = load_hardware("tpuv4-wire")
 PROFILES = {"tpuv4": TPUV4, "tpuv4-wire": WIRE}
-B, A = 45e9, 1e-6  # link bandwidth one way, hop latency
-STEP, HBM, PASSES = 4e-6, 1.2e12, 3  # tpuv4's handshake per transfer, HBM bandwidth, HBM passes per reduced byte
+BW, A = 45e9, 1e-6  # link bandwidth one way on the wire (tpuv4-wire), hop latency
+assert isinstance(TPUV4, PhysicalProfile)
+# tpuv4's achievable link and HBM rates (docs/chip.md#achievable-rates)
+B = BW * TPUV4.ici.link_efficiency
+STEP, HBM, PASSES = 4e-6, 1.2e12 * TPUV4.chip.hbm_efficiency, 3  # handshake per transfer, HBM rate, passes
 O_AG, O_RS = 13e-6, 26e-6  # tpuv4's launch overheads of an all-gather and of a reduce-scatter (or all-reduce)
 GROUP_OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE)
 
@@ -65,8 +69,10 @@ def _assert_twin(result: CollectiveResult) -> None:
 def test_profiles_are_the_ones_the_formulas_assume() -> None:
     assert isinstance(TPUV4, PhysicalProfile) and isinstance(WIRE, PhysicalProfile)
     for profile in (TPUV4, WIRE):
-        assert (profile.ici.link_bandwidth, profile.ici.hop_latency, profile.chip.hbm_bandwidth) == (B, A, HBM)
+        assert (profile.ici.link_bandwidth, profile.ici.hop_latency, profile.chip.hbm_bandwidth) == (BW, A, 1.2e12)
         assert profile.multi_axis is MultiAxis.DIMENSIONAL
+    assert (TPUV4.ici.achievable_bandwidth, TPUV4.chip.achievable_hbm_bandwidth) == (B, HBM)
+    assert (WIRE.ici.achievable_bandwidth, WIRE.chip.achievable_hbm_bandwidth) == (BW, 1.2e12)
     assert (TPUV4.ici.step_overhead, TPUV4.ici.reduction_passes) == (STEP, PASSES)
     assert TPUV4.ici.launch_overhead.of(CollectiveOp.ALL_GATHER) == O_AG
     assert TPUV4.ici.launch_overhead.of(CollectiveOp.REDUCE_SCATTER) == O_RS
@@ -130,13 +136,13 @@ def test_dimensional_des_equals_twin(spec: str, rows: int, cols: int, axis_map: 
 # 2x2x4 x*y: lines of 2, parts s/2 then s: (a + s/2B) + (a + s/B)
 # mesh:4x4 x*y: lines of 4, parts s/2 then 2s: 3(a + s/2B) + 3(a + 2s/B)
 HAND_AG = {
-    ("4x4x4", 16, Ring.BIDIRECTIONAL): lambda s: 6 * A + 3.75 * s / B,
-    ("4x4x4", 16, Ring.UNIDIRECTIONAL): lambda s: 3 * (A + s / (2 * B)) + 3 * (A + 2 * s / B),
-    ("4x8x8", 64, Ring.BIDIRECTIONAL): lambda s: 7 * (A + s / (4 * B)) + 7 * (A + 2 * s / B),
-    ("4x4x4", 64, Ring.BIDIRECTIONAL): lambda s: 9 * A + 10.5 * s / B,
-    ("2x2x4", 4, Ring.BIDIRECTIONAL): lambda s: 2 * A + 1.5 * s / B,
-    ("mesh:4x4", 16, Ring.BIDIRECTIONAL): lambda s: 6 * A + 7.5 * s / B,
-    ("mesh:4x4", 16, Ring.UNIDIRECTIONAL): lambda s: 6 * A + 7.5 * s / B,  # lines go both ways regardless
+    ("4x4x4", 16, Ring.BIDIRECTIONAL): lambda s: 6 * A + 3.75 * s / BW,
+    ("4x4x4", 16, Ring.UNIDIRECTIONAL): lambda s: 3 * (A + s / (2 * BW)) + 3 * (A + 2 * s / BW),
+    ("4x8x8", 64, Ring.BIDIRECTIONAL): lambda s: 7 * (A + s / (4 * BW)) + 7 * (A + 2 * s / BW),
+    ("4x4x4", 64, Ring.BIDIRECTIONAL): lambda s: 9 * A + 10.5 * s / BW,
+    ("2x2x4", 4, Ring.BIDIRECTIONAL): lambda s: 2 * A + 1.5 * s / BW,
+    ("mesh:4x4", 16, Ring.BIDIRECTIONAL): lambda s: 6 * A + 7.5 * s / BW,
+    ("mesh:4x4", 16, Ring.UNIDIRECTIONAL): lambda s: 6 * A + 7.5 * s / BW,  # lines go both ways regardless
 }
 
 
@@ -209,13 +215,13 @@ def test_dimensional_all_gather_reaches_the_four_link_bound() -> None:
     spec = CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 64_000_000)
     dimensional = simulate_collective(spec, WIRE, mapping)
     snake = simulate_collective(spec, SNAKE["tpuv4-wire"], mapping)
-    bound = 63 / 64 * 64e6 / (4 * B) + (7 + 7) * A
+    bound = 63 / 64 * 64e6 / (4 * BW) + (7 + 7) * A
     _assert_twin(dimensional)
     _assert_twin(snake)
     assert dimensional.time_s <= 1.1 * bound
     assert dimensional.time_s == pytest.approx(bound, rel=1e-9)  # parts of 1/2 MB: 7 steps of 1/4 MB, 7 of 2 MB
     assert snake.time_s >= 1.8 * dimensional.time_s
-    assert snake.time_s == pytest.approx(63 * (A + 0.5e6 / B), rel=1e-9)
+    assert snake.time_s == pytest.approx(63 * (A + 0.5e6 / BW), rel=1e-9)
     # each busy link direction carries 15.75 MB in the dimensional schedule, 63 half-shards (31.5 MB) in the snake
     assert dimensional.max_link_bytes == pytest.approx(15.75e6, rel=1e-12)
     assert snake.max_link_bytes == pytest.approx(31.5e6, rel=1e-12)
@@ -226,14 +232,14 @@ def test_dimensional_all_gather_reaches_the_four_link_bound() -> None:
 def test_pipelined_broadcast_reaches_the_cut_through_bound() -> None:
     mapping = _place("torus:32", 1, 32)
     pipelined = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000), WIRE, mapping)
-    bound = 8e6 / B + 16 * A  # the farther half of a bidirectional 32-ring is 16 hops away
+    bound = 8e6 / BW + 16 * A  # the farther half of a bidirectional 32-ring is 16 hops away
     _assert_twin(pipelined)
     assert pipelined.chunks > 1
     assert pipelined.schedule == f"pipelined chain, {pipelined.chunks} chunks"
     assert bound <= pipelined.time_s <= 1.1 * bound
     whole = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000, chunks=1), WIRE, mapping)
     _assert_twin(whole)
-    assert whole.time_s == pytest.approx(16 * (8e6 / B + A), rel=1e-9)  # store-and-forward, 16 hops
+    assert whole.time_s == pytest.approx(16 * (8e6 / BW + A), rel=1e-9)  # store-and-forward, 16 hops
     assert whole.time_s >= 5 * pipelined.time_s
 
 

@@ -9,9 +9,10 @@ import math
 import pytest
 
 from tpusim.experiments.measurements.compare import RowStatus, compare_measurements
-from tpusim.experiments.measurements.fit import DIGITS, calibrate, fit_scalar, with_rates
+from tpusim.experiments.measurements.fit import DIGITS, calibrate, fit_scalar
 from tpusim.experiments.validation import EXPLAINED_DIFFERENCES, measured_checks
 from tpusim.hardware import load_hardware
+from tpusim.hardware.profiles import with_rates
 
 
 @pytest.mark.parametrize("planted", [0.35, 0.586, 0.869, 1.0])

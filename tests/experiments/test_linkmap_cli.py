@@ -106,12 +106,12 @@ def test_an_all_gather_map_names_the_busiest_links_of_its_busy_array(
         # one bidirectional ring of 16: 15 ring steps of a half-shard each way
         used = _snake_links(topology, (16, 4), 0)
         assert len(used) == 128  # a 16-chip snake per plane: 16 of its 32 cables, both ways, in 4 planes
-        per_link = 15 * (shard / 2 / ici.link_bandwidth + ici.step_overhead)
+        per_link = 15 * (shard / 2 / ici.achievable_bandwidth + ici.step_overhead)
     else:
         # x then y for one half of each shard, y then x for the other: the 15 shards arrive over the four x and y
         # links of a chip in 3 + 3 ring steps per link
         used = set(np.flatnonzero(topology.link_axis != 2).tolist())  # every x and y link, no z link
-        per_link = 15 * shard / 4 / ici.link_bandwidth + 6 * ici.step_overhead
+        per_link = 15 * shard / 4 / ici.achievable_bandwidth + 6 * ici.step_overhead
     busy = np.flatnonzero(seconds > 0)
     assert set(busy.tolist()) == used
     np.testing.assert_allclose(seconds[busy], per_link, rtol=1e-12)
@@ -124,13 +124,13 @@ def test_text_mode_prints_the_busiest_links_as_notes_on_stderr(tmp_path: Path,
     assert code == 0 and target.exists()
     lines = err.splitlines()
     assert lines[0] == (f"note: link map written to {target}: busy time of every directed link / the collective "
-                        "(754.667 us)")
+                        "(895.103 us)")
     assert lines[1:] == [f"note: busiest link {link}: " + text for link, text in (
-        (0, "chip 0 (0,0,0) +x -> chip 1 (1,0,0): 96.3% busy"),
-        (2, "chip 0 (0,0,0) +y -> chip 4 (0,1,0): 96.3% busy"),
-        (6, "chip 1 (1,0,0) +x -> chip 2 (2,0,0): 96.3% busy"),
-        (7, "chip 1 (1,0,0) -x -> chip 0 (0,0,0): 96.3% busy"),
-        (12, "chip 2 (2,0,0) +x -> chip 3 (3,0,0): 96.3% busy"),
+        (0, "chip 0 (0,0,0) +x -> chip 1 (1,0,0): 96.9% busy"),
+        (2, "chip 0 (0,0,0) +y -> chip 4 (0,1,0): 96.9% busy"),
+        (6, "chip 1 (1,0,0) +x -> chip 2 (2,0,0): 96.9% busy"),
+        (7, "chip 1 (1,0,0) -x -> chip 0 (0,0,0): 96.9% busy"),
+        (12, "chip 2 (2,0,0) +x -> chip 3 (3,0,0): 96.9% busy"),
     )]
     assert "note:" not in out
 

@@ -58,15 +58,17 @@ def test_selective_recompute_repeats_the_forward_of_the_chosen_variant() -> None
 
 
 def test_on_tpuv4_unfused_is_hbm_bound_and_fused_vector_bound() -> None:
-    """GPT-3 on 32x8: 5.5 ms of HBM unfused; fused, the softmax's vector work (0.94 ms) exceeds the MXU's 0.75 ms."""
-    chip = ChipModel(load_hardware("tpuv4").chip)
+    """GPT-3 on 32x8: 6.1 ms of HBM unfused; fused, the softmax's vector work (0.94 ms) exceeds the MXU's 0.86 ms
+    (both at tpuv4's achievable rates, docs/chip.md#achievable-rates)."""
+    spec = load_hardware("tpuv4").chip
+    chip = ChipModel(spec)
     scores, act, flops = _sizes()
     unfused, fused = _attention(Attention.UNFUSED)["attention"], _attention(Attention.FUSED)["attention"]
     assert chip.op_time(unfused.flops, unfused.hbm_bytes, unfused.vector_ops) == pytest.approx(
-        1e-6 + (4 * 2 * act + 16 * scores) / 1.2e12, rel=1e-12)
+        1e-6 + (4 * 2 * act + 16 * scores) / (1.2e12 * spec.hbm_efficiency), rel=1e-12)
     assert chip.op_time(fused.flops, fused.hbm_bytes, fused.vector_ops) == pytest.approx(
         1e-6 + 5 * scores / 2.15e12, rel=1e-12)
-    assert flops / 275e12 < 5 * scores / 2.15e12
+    assert flops / (275e12 * spec.mxu_efficiency) < 5 * scores / 2.15e12
 
 
 def test_hfu_counts_the_fused_backward_recomputation() -> None:

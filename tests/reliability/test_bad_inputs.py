@@ -94,7 +94,7 @@ CASES = [
     Case("yaml-syntax", ["run", "syntax.yaml", "--out", "out"], "syntax.yaml:5: YAML syntax error: ",
          lambda: api.run_experiment("syntax.yaml", "out"), ConfigError),
     Case("unknown-key", ["run", "unknown.yaml", "--out", "out"],
-         "unknown.yaml: unknown key 'bta' at point.scale; valid keys: alpha, beta, dcn, dma, flops, lambda",
+         "unknown.yaml: unknown key 'bta' at point.scale; valid keys: alpha, beta, dcn, dma, flops, hbm, lambda",
          lambda: load_experiment("unknown.yaml"), ConfigError, suggestion="did you mean 'beta'?"),
     Case("bandwidth-without-per-second", [*COLLECTIVE, "--axis", "0", "--hardware", "unit.yaml"],
          "unit.yaml: ici.link_bandwidth: bandwidth '45 GB' needs a unit per second",
@@ -253,7 +253,7 @@ CASES = [
          lambda: load_hardware("limits.yaml"), ConfigError),
     Case("unknown-scale-key", None, "",
          lambda: api.gemm(**G, algorithm="summa", scale={"bta": 2.0}), UnknownNameError,
-         "unknown scale key 'bta'; valid: alpha, beta, dcn, dma, flops, lambda, op, step, vector",
+         "unknown scale key 'bta'; valid: alpha, beta, dcn, dma, flops, hbm, lambda, op, step, vector",
          suggestion="did you mean 'beta'?"),
 ]
 

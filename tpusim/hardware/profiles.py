@@ -25,7 +25,7 @@ from tpusim.errors import ConfigError, InfeasibleError, UnknownNameError
 from tpusim.vocabulary import MultiAxis, Precision
 
 __all__ = ["hardware_names", "list_hardware", "load_hardware", "scaled_profile", "with_collective_switches",
-           "with_precision"]
+           "with_precision", "with_rates"]
 
 _WHAT = "hardware profile"
 _KINDS: MappingProxyType[object, type[HardwareProfile]] = MappingProxyType(
@@ -240,3 +240,17 @@ def with_precision(profile: HardwareProfile, precision: Precision) -> HardwarePr
                               f"({kind}) does not have; use precision bf16, or a physical profile such as 'tpuv5e'")
     chip = profile.chip.model_copy(update={"gemm_precision": str(precision)})
     return profile.model_copy(update={"name": f"{profile.name}[{precision}]", "chip": chip})
+
+
+def with_rates(profile: HardwareProfile, *, mxu: float | None = None, link: float | None = None
+               ) -> HardwareProfile:
+    """``profile`` with its MXU efficiency and (physical profiles) ICI link efficiency set where given, as the
+    calibration procedure tries them (docs/validation.md#calibration)."""
+    update: dict[str, object] = {}
+    if mxu is not None:
+        update["chip"] = profile.chip.model_copy(update={"mxu_efficiency": mxu})
+    if link is not None:
+        if not isinstance(profile, PhysicalProfile):
+            raise ValueError(f"{profile.name!r} has no ICI links to give an efficiency")
+        update["ici"] = profile.ici.model_copy(update={"link_efficiency": link})
+    return profile.model_copy(update=update) if update else profile

@@ -30,15 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpusim.config import HardwareProfile
-from tpusim.config.hardware import PhysicalProfile
 from tpusim.experiments.measurements.compare import compare_row
 from tpusim.experiments.measurements.table import SHIPPED_TABLE, MeasuredRun, TpuGeneration, read_measurements
 from tpusim.experiments.validation import EXPLAINED_DIFFERENCES, MEASURED_OPS, measured_checks
 from tpusim.hardware import load_hardware
+from tpusim.hardware.profiles import with_rates
 
 __all__ = ["DIGITS", "LINK_PROFILE", "TOLERANCE", "Calibration", "ConstantFit", "calibrate", "fit_scalar",
-           "fit_text", "with_rates"]
+           "fit_text"]
 
 DIGITS = 3
 """Decimals the fitted constants are rounded to (a step of 0.1% of the rate)."""
@@ -75,19 +74,6 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         return {"constants": [constant.to_dict() for constant in self.constants]}
-
-
-def with_rates(profile: HardwareProfile, *, mxu: float | None = None, link: float | None = None
-               ) -> HardwareProfile:
-    """``profile`` with its MXU efficiency and (physical profiles) link efficiency set where given."""
-    update: dict[str, object] = {}
-    if mxu is not None:
-        update["chip"] = profile.chip.model_copy(update={"mxu_efficiency": mxu})
-    if link is not None:
-        if not isinstance(profile, PhysicalProfile):
-            raise ValueError(f"{profile.name!r} has no ICI links to give an efficiency")
-        update["ici"] = profile.ici.model_copy(update={"link_efficiency": link})
-    return profile.model_copy(update=update) if update else profile
 
 
 def _objective(times: Sequence[float], references: Sequence[float]) -> float:
