@@ -6,7 +6,8 @@ loads only what it uses (tests/architecture/test_lazy_imports.py).
 
 Conventions (docs/results.md#command-line-conventions): with ``--json`` stdout carries exactly one JSON object; notes
 and progress go to stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is
-valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed.
+valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed; 128 + the
+signal's number when SIGINT (130) or SIGTERM (143) ended the command (``engine.signals``: even mid-simulation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tpusim import __version__
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError
 from tpusim.engine.context import Context
+from tpusim.engine.signals import Interrupted, interrupts_raised
 from tpusim.errors import TpusimError
 
 COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
@@ -55,15 +57,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     try:
-        args = build_parser().parse_args(args_list)
-        args.context = Context.with_cache(args.cache)
-        return int(args.handler(args) or 0)
+        with interrupts_raised():
+            args = build_parser().parse_args(args_list)
+            args.context = Context.with_cache(args.cache)
+            return int(args.handler(args) or 0)
     except TpusimError as error:
         if debug:
             _print_traceback()
         for line in error.lines():
             print(line, file=sys.stderr)
         return error.exit_code
+    except Interrupted as interrupt:
+        print(f"interrupted by {interrupt.name}", file=sys.stderr)
+        return interrupt.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
