@@ -11,10 +11,14 @@ Once ``Interrupted`` is raised, further SIGINT and SIGTERM are ignored, so that 
 writing the result files) is not itself cut short; the handlers in place before are restored when the outermost
 ``interrupts_raised()`` ends. A signal that was ignored before (a job started with ``nohup``) stays ignored.
 Python handles signals only in the main thread: elsewhere nothing is installed and the loop runs unchecked.
+
+A fault-injection variable, ``TPUSIM_FAULT_SIMULATING_FILE=PATH``, makes every event loop create the file PATH once
+it has processed its first event: the tests use it to signal a command demonstrably mid-simulation.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -25,9 +29,10 @@ from typing import Any
 import simpy
 from simpy.core import EmptySchedule
 
-__all__ = ["HANDLED", "Interrupted", "StopSignals", "interrupts_raised", "run_events"]
+__all__ = ["HANDLED", "SIMULATING_ENV", "Interrupted", "StopSignals", "interrupts_raised", "run_events"]
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+SIMULATING_ENV = "TPUSIM_FAULT_SIMULATING_FILE"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -107,8 +112,13 @@ def run_events(env: simpy.Environment) -> None:
     """Process ``env``'s events until none is left (``env.run()``), raising ``Interrupted`` between two events once
     a stop signal was received."""
     step = env.step
+    simulating = os.environ.get(SIMULATING_ENV)
     _STOP.loops += 1
     try:
+        if simulating:
+            step()
+            with open(simulating, "a"):
+                pass
         while True:
             if _STOP.received is not None:
                 _STOP.stop()
