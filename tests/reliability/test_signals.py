@@ -1,5 +1,6 @@
 """Signals as real processes: SIGINT and SIGTERM end a command mid-simulation (exit 130 / 143), the tuner's
-worker pool dies with its command however that ends, and Ctrl-C while the command line loads is one line.
+worker pool dies with its command however that ends, and Ctrl-C while the command line loads is one line; a wait
+too long for the system (``--timeout``, ``--connect-timeout``) is refused in one line.
 
 Each command starts in a session of its own (``start_new_session=True``); what is left of it afterwards is found
 with ``ps`` by that session id. A command is signalled only once it is demonstrably running: in its event loop
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.files import TINY_GEMM_POINT
+from tpusim.cli.main import main
 from tpusim.engine.signals import SIMULATING_ENV
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds a session's processes with ps")
@@ -178,3 +181,12 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True,
                           timeout=ENDS_WITHIN_S * 3)
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "interrupted\n")
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--connect-timeout"])
+def test_a_wait_too_long_for_the_system_is_one_line(tmp_path: Path, flag: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tiny.yaml").write_text("name: tiny\n" + TINY_GEMM_POINT)
+    assert main(["run", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "out"), flag, "1e10"]) == 2
+    assert capsys.readouterr() == ("", f"{flag} 10000000000.0 is too long; valid: seconds > 0 and <= 1e+06\n")
+    assert not (tmp_path / "out").exists()
