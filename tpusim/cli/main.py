@@ -6,10 +6,11 @@ loads only what it uses (tests/architecture/test_lazy_imports.py).
 
 Conventions (docs/results.md#command-line-conventions): with ``--json`` stdout carries exactly one JSON object; notes
 and progress go to stderr. Exit 0 success, 1 internal error, 2 user error (one line naming the bad value and what is
-valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed. Output
-that cannot be written is a user error too (exit 2, one line): a closed stdout is refused before any work, a full
-one (``> /dev/full``, a file size limit) is named when it fails, and a disk cache entry that could not be written is
-named after the result (which stands).
+valid, optionally a suggestion line; no traceback unless ``--debug``), 3 a validation that ran and failed; 128 + the
+signal's number when SIGINT (130) or SIGTERM (143) ended the command (``engine.signals``: even mid-simulation).
+Output that cannot be written is a user error too (exit 2, one line): a closed stdout is refused before any work,
+a full one (``> /dev/full``, a file size limit) is named when it fails, and a disk cache entry that could not be
+written is named after the result (which stands).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tpusim import __version__
 from tpusim.cli import collective, gemm, listing, reproduce, run, step, tune
 from tpusim.cli.common import UsageError, note
 from tpusim.engine.context import Context
+from tpusim.engine.signals import Interrupted, interrupts_raised
 from tpusim.errors import OutputPathError, TpusimError, UserError
 
 COMMANDS = (listing, collective, gemm, step, tune, run, reproduce)
@@ -67,9 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if sys.stdout is None:  # started with stdout closed (`>&-`): every result would be lost
             raise OutputError("standard output is closed; give it a file or /dev/null (e.g. '> out.txt')")
-        args = build_parser().parse_args(args_list)
-        args.context = Context.with_cache(args.cache)
-        status = int(args.handler(args) or 0)
+        with interrupts_raised():
+            args = build_parser().parse_args(args_list)
+            args.context = Context.with_cache(args.cache)
+            status = int(args.handler(args) or 0)
         sys.stdout.flush()  # a full stdout fails here, while it can still be said in one line
         if args.context.timings.ignored is not None:
             note(args.context.timings.ignored)
@@ -83,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in error.lines():
             print(line, file=sys.stderr)
         return error.exit_code
+    except Interrupted as interrupt:
+        print(f"interrupted by {interrupt.name}", file=sys.stderr)
+        return interrupt.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

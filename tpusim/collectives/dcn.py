@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import simpy
 
 from tpusim.config import DcnSpec
+from tpusim.engine.signals import run_events
 from tpusim.errors import UserError
 from tpusim.vocabulary import CollectiveOp
 
@@ -180,7 +181,7 @@ def simulate_dcn(dcn: DcnSpec, op: CollectiveOp, nbytes: float, slices: int, chi
     fabric = DcnFabric(env, dcn, slices, chips_per_host=h, on_span=finished, stand_in=stand_in)
     for chip in range(chips):
         fabric.collective(chip, op, nbytes)
-    env.run()
+    run_events(env)
     hosts = sorted(fabric.egress_busy)
     return DcnRun(tuple(done), tuple(fabric.egress_busy[h] for h in hosts),
                   tuple(fabric.ingress_busy[h] for h in hosts))

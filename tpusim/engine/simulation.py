@@ -3,7 +3,8 @@
 A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. The network (links or
 calibrated channels) belongs to the collectives layer; each chip's host link (``host``) to this run. Chip programs
 are SimPy processes started with ``start``; ``run`` advances time until every program has finished and raises
-``DeadlockError`` naming the stuck chips when the event queue empties first.
+``DeadlockError`` naming the stuck chips when the event queue empties first. Time advances through
+``signals.run_events``, which stops the run between two events once SIGINT or SIGTERM arrived.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tpusim.config import HardwareProfile
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.host import HostLinks
+from tpusim.engine.signals import run_events
 from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
@@ -92,7 +94,7 @@ class Simulation:
 
     def run(self) -> float:
         """Advance until every program finished; return the time the last one finished."""
-        self.env.run()
+        run_events(self.env)
         stuck = [(chip, p) for chip, p in self._programs if p.is_alive]
         if stuck:
             chips = sorted({chip for chip, _ in stuck})

@@ -13,7 +13,7 @@ from typing import Any
 from tpusim.config import Experiment
 from tpusim.errors import UserError, echo
 
-__all__ = ["check_run_arguments"]
+__all__ = ["MAX_WAIT_S", "check_run_arguments"]
 
 
 def _path(name: str, value: Any, *, optional: bool) -> None:
@@ -31,9 +31,16 @@ def _flag(name: str, value: Any) -> None:
         raise UserError(f"{name} {value!r} must be True or False")
 
 
+MAX_WAIT_S = 1e6
+"""The longest ``--timeout`` and ``--connect-timeout`` (about 11.6 days): the waits behind them count milliseconds
+in a C int (``poll``: 2**31 ms, about 24.8 days), and a longer one ends in OverflowError."""
+
+
 def _seconds(flag: str, value: Any) -> None:
     if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise UserError(f"{flag} {value!r} must be a finite number of seconds > 0")
+    if value > MAX_WAIT_S:
+        raise UserError(f"{flag} {value!r} is too long; valid: seconds > 0 and <= {MAX_WAIT_S:g}")
 
 
 def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, yes: Any, progress: Any,

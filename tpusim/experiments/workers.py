@@ -5,9 +5,8 @@ on Ctrl-C either hang the shutdown or print tracebacks, and outlive a parent tha
 
 - ignores SIGINT: Ctrl-C reaches the whole process group, and the parent, which decides what an interrupt means,
   stops the workers itself;
-- dies with its parent: on Linux the kernel sends it SIGKILL the moment the parent exits (``prctl`` with
-  ``PR_SET_PDEATHSIG``), and on every system a watchdog thread ends it within ``PARENT_POLL_S`` once its parent is
-  gone (``os.getppid()`` then names another process);
+- dies with its parent (``engine.lifetime.die_with``: the kernel's parent-death signal on Linux, a watchdog of
+  ``os.getppid()`` everywhere);
 - talks to the parent over a pipe of its own, so a worker that is killed loses only the point it was running.
 
 A point running longer than the timeout has its worker killed and replaced; its outcome is an error saying so,
@@ -16,13 +15,8 @@ marked ``stopped``. So is a point whose worker died on its own (killed by the sy
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import multiprocessing
 import os
-import signal
-import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Generator, Sequence
@@ -32,15 +26,12 @@ from multiprocessing.context import ForkContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from tpusim.engine.lifetime import PARENT_POLL_S, die_with, ignore_interrupts
 from tpusim.experiments.jobs import Done, Job, run_job
 
 __all__ = ["PARENT_POLL_S", "run_pool", "stopped_outcome"]
 
-PARENT_POLL_S = 0.5
-"""How often a worker's watchdog checks that its parent still lives (the fallback where PR_SET_PDEATHSIG is
-missing)."""
 Context = ForkContext | SpawnContext
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _JOIN_S = 2.0
 """How long a stopped worker may take to exit after SIGKILL before it is left to the system (it always dies)."""
 
@@ -50,28 +41,10 @@ def stopped_outcome(error: str) -> dict[str, Any]:
     return {"result": {}, "error": error, "stopped": True}
 
 
-def _die_with(parent: int) -> None:
-    """Make this worker end when process ``parent`` does."""
-    if sys.platform.startswith("linux"):
-        # without a libc to ask, the watchdog below still ends the worker
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    if os.getppid() != parent:  # the parent died before the kernel was asked to tell
-        os._exit(1)
-    threading.Thread(target=watch, name="tpusim-parent-watch", daemon=True).start()
-
-
 def _worker(connection: Connection, parent: int, cache: str | None) -> None:
     """A worker's life: run each job the parent sends, send back (index, outcome, wall seconds) or the failure."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with(parent)
+    ignore_interrupts()
+    die_with(parent)
     while True:
         try:
             job = connection.recv()

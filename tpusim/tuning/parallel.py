@@ -9,7 +9,11 @@ depends on which process or which cache produced it.
 
 Workers are forked from a server that has imported tpusim once (``forkserver``): they start in milliseconds
 and inherit no state of the calling process (threads, open files, caches); the server's import of the algorithm
-registry loads the plug-ins (``tpusim.gemm.plugins``), so a worker knows every algorithm the caller does.
+registry loads the plug-ins (``tpusim.gemm.plugins``), so a worker knows every algorithm the caller does. They
+die with the command, however it ends (``engine.lifetime.Lifeline``: their parent is the forkserver, not the
+command), and ignore Ctrl-C, which the command handles: a pool left by an exception or an interrupt cuts its
+workers off at once instead of waiting for what they run; the forkserver and the resource tracker then exit on
+their own.
 
 A simulation that raises on a worker raises the same error in the caller, where the search waits for it: the
 command reports it as it would with one process (one line, exit status 2 for a user error), and nothing is
@@ -20,11 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
+from tpusim.engine.lifetime import Lifeline, hold, ignore_interrupts
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
@@ -42,6 +48,12 @@ START_METHOD = "forkserver"
 
 def _ready() -> None:
     """A task that only makes the pool start its workers (while the caller prices by closed forms)."""
+
+
+def _start_worker(lifeline: Connection) -> None:
+    """Each worker's start: tied to the command's lifeline, deaf to Ctrl-C."""
+    ignore_interrupts()
+    hold(lifeline)
 
 
 Entries = list[tuple[str, dict[str, Any]]]
@@ -95,7 +107,9 @@ class SimulationPool:
         context.set_forkserver_preload([__name__])
         self.workers = workers
         self.folder = folder
-        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self._lifeline = Lifeline(context)
+        self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                                             initargs=(self._lifeline.reader,))
         for _ in range(workers):
             self._executor.submit(_ready)
 
@@ -118,6 +132,12 @@ class SimulationPool:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._lifeline.cut()
+
+    def abandon(self) -> None:
+        """End the workers at once, whatever they run (the search was interrupted or failed)."""
+        self._lifeline.cut()
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 @contextmanager
@@ -129,5 +149,7 @@ def simulation_pool(workers: int, folder: Path | None) -> Iterator[SimulationPoo
     pool = SimulationPool(workers, folder)
     try:
         yield pool
-    finally:
-        pool.close()
+    except BaseException:  # an interrupt or an error: what the workers run is no longer wanted
+        pool.abandon()
+        raise
+    pool.close()
