@@ -87,21 +87,14 @@ def test_a_calibrated_profile_takes_no_data_axis_unless_asked() -> None:
     assert all(report.mesh.count("x") == 1 for report in result.meshes)
 
 
-def test_a_runner_up_estimated_beyond_the_margin_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tpusim.tuning.search as search
-
-    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", float("inf"))
-    timed = tune(_request(dp=1))
-    assert timed.runner_up is not None and timed.steps_simulated == 2
-    gap = timed.runner_up.estimate_step_s / timed.best.step_time_s - 1
-    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", gap * 0.999)  # just below the runner-up's estimate
-    dropped = tune(_request(dp=1))
-    assert dropped.runner_up is None and dropped.steps_simulated == 1
-    assert dropped.best == timed.best
-    assert any(note.startswith(f"runner-up {timed.runner_up.mesh} not timed as a whole step") for note in dropped.notes)
-    monkeypatch.setattr(search, "RUNNER_UP_MARGIN", gap * 1.001)  # just above: timed again
-    assert tune(_request(dp=1)).runner_up == timed.runner_up
-
+def test_every_refined_mesh_is_timed_and_the_fastest_step_wins() -> None:
+    # no finalist is dropped on its estimate: each refined mesh whose ops could still win is simulated as a step
+    result = tune(_request(dp=1))
+    timed = {m.mesh: m.simulated_step_s for m in result.meshes if m.simulated_step_s is not None}
+    assert result.steps_simulated == len(timed) >= 2
+    assert result.best.step_time_s == min(timed.values())
+    assert result.runner_up is not None and result.runner_up.step_time_s == min(
+        value for mesh, value in timed.items() if mesh != result.best.mesh)
 
 def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
     from tpusim.errors import InfeasibleError

@@ -61,6 +61,7 @@ __all__ = [
     "REQUESTS",
     "CollectiveRequest",
     "GemmRequest",
+    "PlanRequest",
     "Request",
     "Scale",
     "StepRequest",
@@ -321,6 +322,8 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 Dtype = Annotated[str, BeforeValidator(_dtype)]
 Mesh = Annotated[str, BeforeValidator(_mesh)]
 ZeroStage = Annotated[int, BeforeValidator(_zero_stage), Field(json_schema_extra={"enum": list(ZERO_STAGES)})]
+EVERY_ALGORITHM = "all"
+"""``tune --algorithm all``: every registered algorithm tuned, the fastest kept."""
 EVERY_ZERO_STAGE = "any"
 """``tune --zero-stage any``: layouts with D > 1 replicas are searched at every ZeRO stage, the fastest kept."""
 
@@ -708,6 +711,18 @@ class TuneRequest(Request):
             raise problem(f"dcn_data {self.dcn_data} does not divide the {self.chips} chips; valid: a divisor of "
                           f"{self.chips} (the slices over DCN)", style=Problem.PLAIN)
         return self
+
+
+class PlanRequest(TuneRequest):
+    """The best configuration of every algorithm and layout kind, ranked (``tpusim plan``): the tuner's search over
+    every algorithm and ZeRO stage unless narrowed."""
+
+    kind: Literal["plan"] = "plan"  # type: ignore[assignment]
+    algorithm: str = Field(EVERY_ALGORITHM, description="see 'tpusim list algorithms'; 'all' plans every one")
+    zero_stage: TuneZeroStage = Field(EVERY_ZERO_STAGE, description=  # type: ignore[arg-type]
+                                      "how D > 1 replicas shard model state: 0 "
+                                      "replicated, 1 optimizer state, 2 and gradients, 3 and weights (fsdp); any: "
+                                      "every stage")
 
 
 def _check_remat_names(request: StepRequest | TuneRequest) -> None:

@@ -16,10 +16,12 @@ from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import (
+    EVERY_ALGORITHM,
     EVERY_ZERO_STAGE,
     FF_LAYERS,
     CollectiveRequest,
     GemmRequest,
+    PlanRequest,
     Request,
     Scale,
     StepRequest,
@@ -42,12 +44,14 @@ if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
     from tpusim.gemm.simulate import GemmResult
     from tpusim.model.step import StepResult
+    from tpusim.tuning.plan import PlanResult
     from tpusim.tuning.result import Choice, TuneResult
 
 # The GeMM, model and tuning layers are imported by the runners that use them, so that a collective (the
 # command line's smallest request) starts without them.
 
-__all__ = ["RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_request", "run_step", "run_tune"]
+__all__ = ["EVERY_ALGORITHM", "RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_plan",
+           "run_request", "run_step", "run_tune"]
 
 
 def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
@@ -280,8 +284,6 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     return result
 
 
-EVERY_ALGORITHM = "all"
-"""``tune --algorithm all``: every registered algorithm tuned, the fastest kept."""
 
 
 def _tune_every_algorithm(request: TuneRequest, context: Context | None, progress: Callable[[str], None] | None,
@@ -344,8 +346,12 @@ def _tune_fastest(request: TuneRequest, field: str, values: list[Any], say: _Var
         lines.append(f"{say.label.format(value)}: {say.shown(result.best)}, {format_time(result.best.step_time_s)}")
     if not found:
         raise InfeasibleError(f"{say.none} has a feasible configuration of {request.chips} chips: " + "; ".join(lines))
+    from tpusim.tuning.candidates import fastest_per_kind
+
     _, index, best = min(found, key=lambda item: item[:2])
     best.notes.append(say.note.format(values[index], count=len(found)) + " (" + "; ".join(lines) + ")")
+    # every value's timed steps, as data: the fastest of each algorithm and layout kind over all the searches
+    best.candidates = fastest_per_kind(c for _, _, result in found for c in result.candidates)
     if tracer is not None:
         _trace_best(request.model_copy(update={field: values[index]}), best, tracer, context)
     return best
@@ -385,6 +391,20 @@ def _trace_best(request: TuneRequest, result: TuneResult, tracer: Tracer, contex
 
 
 Runner = Callable[[Any, Context | None], Any]
+def run_plan(request: PlanRequest, context: Context | None = None, progress: Callable[[str], None] | None = None,
+             jobs: int = 1) -> PlanResult:
+    """The planning table (``tpusim plan``): the tuner's search (``run_tune``) over the request's algorithms and
+    ZeRO stages (default: every one), its timed steps ranked, the fastest of each algorithm and layout kind."""
+    from tpusim.tuning.plan import PlanResult
+
+    fields = {name: getattr(request, name) for name in TuneRequest.model_fields if name != "kind"}
+    tune = parse_request(TuneRequest, fields)
+    assert isinstance(tune, TuneRequest)
+    tuned = run_tune(tune, context, progress, jobs=jobs)
+    return PlanResult(model=tuned.model, hardware=tuned.hardware, chips=tuned.chips, batch=tuned.batch,
+                      candidates=tuned.candidates, notes=tuned.notes)
+
+
 RUNNERS: MappingProxyType[type[Request], Runner] = MappingProxyType({
     CollectiveRequest: run_collective,
     GemmRequest: run_gemm,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpusim.tuning.candidates import Candidate
 
 
 @dataclass
@@ -44,6 +47,9 @@ class MeshReport:
 
     ``status``: "skipped" (infeasible, unmappable or no feasible layer option; see ``reason``), "priced"
     (ranked by the analytic twins only) or "simulated" (its candidates priced by the DES).
+    ``analytic_step_s``: the closed-form estimate of its best plan; ``estimate_step_s``: that of its best plan from
+    DES prices (per-layer ops plus the closed-form data-parallel tail); ``simulated_step_s``: its fastest plan
+    simulated as a whole step (None when none was: a plan whose ops alone reach the best step cannot win).
     """
 
     mesh: str
@@ -51,6 +57,7 @@ class MeshReport:
     reason: str | None = None
     analytic_step_s: float | None = None
     simulated_step_s: float | None = None
+    estimate_step_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +70,7 @@ class TuneResult:
     ``evaluated``: distinct candidates (mesh, FF layer, dataflow, transposition, K) priced by any method;
     ``simulated``: those priced by the DES; ``steps_simulated``: whole steps run by ``simulate_step``;
     ``search_space``: complete configurations (mesh and one option per FF layer) that the DP covered.
+    ``candidates``: rows of ``tuning.candidates.Candidate`` (the planning table of what was timed).
     """
 
     model: str
@@ -87,6 +95,8 @@ class TuneResult:
     meshes: list[MeshReport]
     ignore_memory: bool
     notes: list[str] = field(default_factory=list)
+    # the fastest timed step of each algorithm and layout kind, fastest first (``candidates``)
+    candidates: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -15,12 +15,12 @@ Default search:
    options of their best analytic plans, every feasible K within a factor 2 of each chosen K, and the
    best K of any other dataflow within ``OPTION_MARGIN`` of the chosen one; rerun the DP on those prices.
    On meshes simulated at full fidelity (every chip; slow), the K window is left out.
-4. Time the winner and the runner-up with ``simulate_step``. The runner-up is the best plan of the next
-   mesh (the second plan of the same mesh when only one mesh is feasible); if it simulates faster, the
-   two swap. A runner-up whose estimate is more than ``RUNNER_UP_MARGIN`` above the winner's simulated step is
-   not timed (a note says so): that check is there to catch close calls the estimates may misorder, and a
-   full-fidelity step of a large mesh costs more than the rest of the search.
-``exhaustive`` prices every option of every mesh by DES in step 2 and skips step 3: the same DP, no pruning.
+4. Time the finalists as whole steps (``finalists``): the best plan of every mesh refined in step 3 (and the
+   second plan when a single mesh is left), each simulated with its data-parallel synchronisation instead of the
+   closed-form tail; the fastest simulated step is the answer, so it is never slower than any configuration the
+   search timed. A finalist whose ops alone already take longer than the fastest step is not timed (a note says so).
+``exhaustive`` prices every option of every mesh by DES in step 2 and skips step 3, and step 4 times the plans of
+every mesh by branch and bound on that ops bound: the whole-step optimum of the stated space.
 Step times are layers x (non-FF ops + the FF layers' GeMMs): ops run one after another on each chip.
 """
 
@@ -42,10 +42,12 @@ from tpusim.model.feasibility import parts_for
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
-from tpusim.model.step import StepResult, StepSpec, simulate_step
+from tpusim.model.step import StepSpec
+from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.capacity import mesh_memory
 from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
+from tpusim.tuning.finalists import Finalist, choice, ops_bound, runner_up, time_exhaustively, time_finalists
 from tpusim.tuning.layer_costs import (
     CostCache,
     LayerPricer,
@@ -55,7 +57,7 @@ from tpusim.tuning.layer_costs import (
     pass_multiplicity,
 )
 from tpusim.tuning.parallel import Entries, PendingTimes, SimulationPool, simulation_pool
-from tpusim.tuning.result import Choice, MeshReport, TuneResult
+from tpusim.tuning.result import MeshReport, TuneResult
 from tpusim.tuning.space import (
     LayerOption,
     MeshCandidate,
@@ -71,7 +73,6 @@ REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
 SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
-RUNNER_UP_MARGIN = 0.25  # a runner-up estimated this much slower than the winner's simulated step is not timed
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,11 @@ class _MeshSearch:
                                       network_for(context.hardware, candidate.mapping.tensor_mapping))
         self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
         self._options: dict[tuple[int, bool], list[LayerOption]] = {}
+
+    @property
+    def step_context(self) -> Context:
+        """Where whole steps on this mesh are simulated: the search's context, holding its GeMM timings."""
+        return self.pricer.cache.context
 
     @property
     def starts(self) -> tuple[bool, ...]:
@@ -368,32 +374,40 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         raise _no_mesh(request, batch, [RejectedMesh(r.mesh, r.reason or "") for r in reports.values()])
     final.sort(key=lambda item: item[:2])
 
-    # the runner-up is the best of the next mesh, or the second plan when a single mesh is left
-    (_, _, best_search, leader_plans), rest = final[0], final[1:]
-    runner_search, runner_plan = (rest[0][2], rest[0][3][0]) if rest else (best_search, None)
-    if runner_plan is None and len(leader_plans) > 1:
-        runner_plan = leader_plans[1]
     whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)
-    say(f"timing the best configuration{' and the runner-up' if runner_plan is not None else ''} as whole steps")
-    timings = [(best_search, leader_plans[0])] + ([(runner_search, runner_plan)] if runner_plan is not None else [])
-    best, *others = _time(pool, timings, whole, model.layers)
-    runner = others[0] if others else None
+    if request.exhaustive:
+        say("timing every plan that can still win as a whole step")
+        timed = time_exhaustively([search for _, _, search, _ in final], whole, model.layers)
+        untimed: list[Finalist] = []
+    else:
+        # every mesh the search simulated is a finalist with its best plan; a single mesh adds its second plan
+        finalists = [Finalist(search, plans[0]) for _, _, search, plans in final]
+        if len(final) == 1 and len(final[0][3]) > 1:
+            finalists.append(Finalist(final[0][2], final[0][3][1]))
+        say(f"timing the best configuration{' and the runner-up' if len(finalists) > 1 else ''} as whole steps")
+        timed, untimed = time_finalists(pool, finalists, whole, model.layers)
+    for entry in reversed(timed):  # each mesh's report shows its fastest whole step
+        reports[entry.finalist.label].simulated_step_s = entry.step_time_s
+    leader = final[0][1]
+    best = choice(timed[0], whole, model.layers)
+    second = runner_up(timed)
+    runner = choice(second, whole, model.layers) if second is not None else None
     if not request.ignore_memory:  # the memory of the layout chosen (data-parallel replicas repeat model state)
         notes.insert(0, f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
                         f"sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
                         f"{memory.estimate.capacity_bytes / GB:.1f} GB")
-    if runner is None and runner_plan is not None:
-        notes.append(f"runner-up {runner_search.candidate.label} not timed as a whole step: its estimate "
-                     f"{_estimate(runner_search, runner_plan, whole, model.layers):.4g} s is more than "
-                     f"{RUNNER_UP_MARGIN:.0%} above the best's simulated {best.step_time_s:.4g} s")
+    for left in untimed:
+        notes.append(f"{left.label} not timed as a whole step: its ops alone take "
+                     f"{ops_bound(left.plan, whole, model.layers):.4g} s, no less than the best's simulated "
+                     f"{best.step_time_s:.4g} s")
     count(total, total)
-    if runner is not None and runner.step_time_s < best.step_time_s:
-        best, runner = runner, best
-        notes.append("the runner-up of the search simulated faster as a whole step; the two were swapped")
-    for choice in (best, runner):
-        if choice is not None and abs(choice.step_time_s - choice.estimate_step_s) > 0.005 * choice.step_time_s:
-            notes.append(f"{choice.mesh}: the simulated step differs from the sum of its priced ops by "
-                         f"{choice.step_time_s / choice.estimate_step_s - 1:+.2%}")
+    if best.mesh != leader:
+        notes.append(f"the whole steps reorder the search's estimates: {best.mesh} simulated fastest, ahead of "
+                     f"the estimates' leader {leader}")
+    for item in (best, runner):
+        if item is not None and abs(item.step_time_s - item.estimate_step_s) > 0.005 * item.step_time_s:
+            notes.append(f"{item.mesh}: the simulated step differs from the search's estimate (its priced ops and "
+                         f"data-parallel tail) by {item.step_time_s / item.estimate_step_s - 1:+.2%}")
     notes.extend(_pricing_notes(searches, request.exhaustive))
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=request.chips, batch=whole_batch,
@@ -402,10 +416,12 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         dcn_data=slices,
         exhaustive=request.exhaustive, best=best, runner_up=runner,
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
-        simulated=sum(len(s.des_prices) for s in searches), steps_simulated=2 if runner is not None else 1,
+        simulated=sum(len(s.des_prices) for s in searches), steps_simulated=len(timed),
         search_space=sum(s.space_size() for s in searches),
         meshes=sorted(reports.values(), key=lambda r: tuple(int(v) for v in r.mesh.split("x"))),
         ignore_memory=request.ignore_memory, notes=notes,
+        candidates=fastest_per_kind(candidate_of(choice(t, whole, model.layers), request.zero_stage,
+                                                 whole_batch * model.sequence) for t in timed),
     )
 
 
@@ -512,56 +528,5 @@ def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: 
         return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)")
     estimate = plans[0].cost * layers + search.tail
     if simulated:
-        return MeshReport(label, "simulated", None, None, estimate)
+        return MeshReport(label, "simulated", None, None, estimate_step_s=estimate)
     return MeshReport(label, "priced", None, estimate, None)
-
-
-def _time(pool: SimulationPool | None, timings: list[tuple[_MeshSearch, Plan]], spec: StepSpec,
-          layers: int) -> list[Choice]:
-    """Simulate the whole step of the winner's plan on its mesh, then that of the runner-up unless its estimate
-    is beyond ``RUNNER_UP_MARGIN`` of the winner's simulated step (it runs meanwhile on a worker, when there are
-    any, and is dropped the same way)."""
-    specs = [_timed(search, plan, spec) for search, plan in timings]
-    futures = [pool.step(timed, search.context.hardware, search.candidate.mapping, search.simulations)
-               if pool is not None and number > 0 else None
-               for number, (timed, (search, _)) in enumerate(zip(specs, timings, strict=True))]
-    choices: list[Choice] = []
-    for timed, (search, plan), future in zip(specs, timings, futures, strict=True):
-        if choices and _estimate(search, plan, spec, layers) > choices[0].step_time_s * (1 + RUNNER_UP_MARGIN):
-            if future is not None:
-                future.cancel()
-            continue
-        if future is not None:  # a worker's error is raised here
-            result = future.result()
-        else:
-            result = simulate_step(timed, search.context.hardware, search.candidate.mapping,
-                                   context=search.pricer.cache.context)
-        choices.append(_choice(search, plan, result, spec, layers))
-    return choices
-
-
-def _estimate(search: _MeshSearch, plan: Plan, spec: StepSpec, layers: int) -> float:
-    """The search's estimate of ``plan``'s whole step: its priced ops over every layer and micro-batch, plus the
-    data-parallel tail."""
-    return plan.cost * layers * spec.microbatches + search.tail
-
-
-def _timed(search: _MeshSearch, plan: Plan, spec: StepSpec) -> StepSpec:
-    """The whole step of ``plan``."""
-    uses_slices = search.context.algorithm.uses_slices
-    return replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
-                   transposes=tuple(o.transpose for o in plan.options),
-                   slices=tuple(o.slices for o in plan.options) if uses_slices else None)
-
-
-def _choice(search: _MeshSearch, plan: Plan, result: StepResult, spec: StepSpec, layers: int) -> Choice:
-    return Choice(
-        mesh=search.candidate.label, layout=result.named_layout, algorithm=result.algorithm,
-        dataflows=result.dataflows,
-        transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
-        estimate_step_s=_estimate(search, plan, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
-        hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
-        exposed_data_comm_s=result.exposed_data_comm_s, data_parallel=result.data_parallel,
-        memory_bytes_per_chip=result.memory_bytes_per_chip,
-        memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
-    )

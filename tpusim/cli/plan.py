@@ -1,0 +1,72 @@
+"""``tpusim plan``: the best configuration of every algorithm and layout kind for a model on a chip count, ranked."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tpusim.cli.common import count_arg, emit_json, note
+from tpusim.cli.derive import add_request_arguments, request_from_args
+from tpusim.cli.progress import Bar
+from tpusim.config.requests import PlanRequest
+from tpusim.units import GB, format_time
+
+if TYPE_CHECKING:
+    from tpusim.tuning.plan import PlanResult
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plan", help="rank the best configuration of every algorithm and layout kind")
+    add_request_arguments(p, PlanRequest)
+    p.add_argument("--jobs", type=count_arg("--jobs"), default=1,
+                   help="worker processes that simulate (at most one per CPU; the result is the same)")
+    p.add_argument("--out", type=Path, metavar="FILE.csv", help="also write one CSV row per candidate here")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tpusim.experiments.runners import run_plan
+
+    request = request_from_args(PlanRequest, args)
+    assert isinstance(request, PlanRequest)
+    with Bar("stage") as bar:
+        result = run_plan(request, args.context, progress=bar.describe if bar.drawn else None, jobs=args.jobs)
+    if args.out is not None:
+        _write_csv(result, args.out)
+    if args.json:
+        emit_json(result.to_dict())
+        return 0
+    _print(result)
+    for text in result.notes:
+        note(text)
+    return 0
+
+
+def _write_csv(result: PlanResult, path: Path) -> None:
+    import csv
+
+    from tpusim.errors import OutputPathError
+    from tpusim.tuning.plan import CSV_COLUMNS, csv_rows
+
+    try:
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(CSV_COLUMNS))
+            writer.writeheader()
+            writer.writerows(csv_rows(result))
+    except OSError as error:
+        raise OutputPathError(f"--out {str(path)!r}: cannot write the CSV file ({error.strerror or error})") from None
+
+
+def _print(result: PlanResult) -> None:
+    print(f"{result.model} on {result.chips} chips ({result.hardware}), batch {result.batch}: "
+          f"{len(result.candidates)} candidates, fastest first")
+    rows: list[tuple[str, ...]] = [("", "algorithm", "layout", "configuration", "step time", "tokens/s", "MFU",
+                                    "memory/chip", "bound")]
+    for rank, c in enumerate(result.candidates, start=1):
+        rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, format_time(c.step_time_s),
+                     f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.bound))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -1,0 +1,181 @@
+"""The tuner's final choice: the searched plans timed as whole steps, the fastest simulated step kept.
+
+Every mesh whose options the search priced by simulation is a finalist with its best plan (and its second plan when
+it is the only mesh). Each finalist is simulated as a whole step, its data-parallel synchronisation, overlap limits
+and all, so no closed-form tail (``data_tail``) decides between them; the answer is the fastest step simulated, and
+the runner-up the fastest of another mesh (the second plan of the same mesh when only one mesh is left).
+
+A finalist is left untimed only when it cannot win: its ops alone (the plan's per-layer cost over every layer and
+micro-batch, ``ops_bound``) already reach the fastest step simulated. A chip runs its ops one after another and its
+data-parallel transfers only add exposed time, so a whole step is never shorter than that sum (the step model:
+docs/workloads.md#the-autotuner). Under ``exhaustive`` the same bound drives a branch and bound over every plan of
+every mesh: plans are timed in increasing order of the bound until it reaches the fastest step, so the answer is
+the whole-step optimum of the space the search states.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+from tpusim.model.step import StepResult, StepSpec, simulate_step
+from tpusim.tuning.dp import Plan
+from tpusim.tuning.result import Choice
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from tpusim.engine.context import Context
+    from tpusim.tuning.layer_costs import PricingContext
+    from tpusim.tuning.parallel import Entries, SimulationPool
+    from tpusim.tuning.space import MeshCandidate
+
+__all__ = ["Finalist", "Searched", "Timed", "ops_bound", "time_exhaustively", "time_finalists"]
+
+
+class Searched(Protocol):
+    """What the final timing needs of one mesh's search (``search._MeshSearch``)."""
+
+    candidate: MeshCandidate
+    context: PricingContext
+    tail: float
+    simulations: Entries
+
+    @property
+    def step_context(self) -> Context: ...
+
+    def plans(self, simulated: bool, keep: int) -> list[Plan]: ...
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A plan of a searched mesh, to be timed as a whole step."""
+
+    search: Searched
+    plan: Plan
+
+    @property
+    def label(self) -> str:
+        return self.search.candidate.label
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A finalist and its simulated whole step."""
+
+    finalist: Finalist
+    result: StepResult
+
+    @property
+    def step_time_s(self) -> float:
+        return self.result.step_time_s
+
+
+def ops_bound(plan: Plan, spec: StepSpec, layers: int) -> float:
+    """The least a whole step of ``plan`` can take: its priced ops over every layer and micro-batch."""
+    return plan.cost * layers * spec.microbatches
+
+
+def estimate(finalist: Finalist, spec: StepSpec, layers: int) -> float:
+    """The search's estimate of a finalist's whole step: its ops plus the closed-form data-parallel tail."""
+    return ops_bound(finalist.plan, spec, layers) + finalist.search.tail
+
+
+def step_spec(finalist: Finalist, spec: StepSpec) -> StepSpec:
+    """The whole step of a finalist's plan."""
+    plan, uses_slices = finalist.plan, finalist.search.context.algorithm.uses_slices
+    return replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
+                   transposes=tuple(o.transpose for o in plan.options),
+                   slices=tuple(o.slices for o in plan.options) if uses_slices else None)
+
+
+def _simulate(finalist: Finalist, spec: StepSpec) -> StepResult:
+    search = finalist.search
+    return simulate_step(step_spec(finalist, spec), search.context.hardware, search.candidate.mapping,
+                         context=search.step_context)
+
+
+def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], spec: StepSpec,
+                   layers: int) -> tuple[list[Timed], list[Finalist]]:
+    """Time each finalist that can still win as a whole step, in increasing order of its bound (the first in this
+    process, the others meanwhile on the workers when there are any). Returns the timed ones, fastest first (ties:
+    the earlier finalist), and those left untimed because their ops alone reach the fastest step."""
+    order = sorted(finalists, key=lambda f: (ops_bound(f.plan, spec, layers), f.label))
+    futures: list[Future[StepResult] | None] = [
+        pool.step(step_spec(f, spec), f.search.context.hardware, f.search.candidate.mapping, f.search.simulations)
+        if pool is not None and number > 0 else None for number, f in enumerate(order)]
+    timed: list[Timed] = []
+    untimed: list[Finalist] = []
+    fastest = math.inf
+    for finalist, future in zip(order, futures, strict=True):
+        if ops_bound(finalist.plan, spec, layers) >= fastest:
+            if future is not None:
+                future.cancel()
+            untimed.append(finalist)
+            continue
+        result = future.result() if future is not None else _simulate(finalist, spec)  # a worker's error: here
+        timed.append(Timed(finalist, result))
+        fastest = min(fastest, result.step_time_s)
+    return _ranked(timed, finalists), untimed
+
+
+def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
+                      heard: Callable[[int], None] | None = None) -> list[Timed]:
+    """Branch and bound over every plan of every mesh (DES prices): plans are timed as whole steps in increasing
+    order of their bound until it reaches the fastest step simulated. Returns every timed plan, fastest first;
+    ``heard`` hears the count of whole steps timed so far."""
+    fastest = math.inf
+    timed: list[Timed] = []
+    firsts = [(s.plans(simulated=True, keep=1), s) for s in searches]
+    order = sorted(((plans[0], s) for plans, s in firsts if plans),
+                   key=lambda item: (ops_bound(item[0], spec, layers), item[1].candidate.label))
+    finalists: list[Finalist] = []
+    for _, search in order:
+        keep, seen = 1, 0
+        while True:
+            plans = search.plans(simulated=True, keep=keep)
+            for plan in plans[seen:]:
+                if ops_bound(plan, spec, layers) >= fastest:
+                    break
+                finalist = Finalist(search, plan)
+                finalists.append(finalist)
+                result = _simulate(finalist, spec)
+                timed.append(Timed(finalist, result))
+                fastest = min(fastest, result.step_time_s)
+                if heard is not None:
+                    heard(len(timed))
+            else:
+                if len(plans) == keep:  # there may be more plans below the bound: ask the DP for twice as many
+                    seen, keep = len(plans), 2 * keep
+                    continue
+            break
+    return _ranked(timed, finalists)
+
+
+def _ranked(timed: list[Timed], finalists: Sequence[Finalist]) -> list[Timed]:
+    position = {id(f): number for number, f in enumerate(finalists)}
+    return sorted(timed, key=lambda t: (t.step_time_s, position[id(t.finalist)]))
+
+
+def runner_up(timed: Sequence[Timed]) -> Timed | None:
+    """The fastest timed step of another mesh than the best's, else the next plan of the best's own mesh."""
+    if len(timed) < 2:
+        return None
+    others = [t for t in timed[1:] if t.finalist.label != timed[0].finalist.label]
+    return others[0] if others else timed[1]
+
+
+def choice(timed: Timed, spec: StepSpec, layers: int) -> Choice:
+    """The result's record of a timed finalist."""
+    result, finalist = timed.result, timed.finalist
+    return Choice(
+        mesh=finalist.label, layout=result.named_layout, algorithm=result.algorithm, dataflows=result.dataflows,
+        transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
+        estimate_step_s=estimate(finalist, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
+        hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
+        exposed_data_comm_s=result.exposed_data_comm_s, data_parallel=result.data_parallel,
+        memory_bytes_per_chip=result.memory_bytes_per_chip,
+        memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
+    )
