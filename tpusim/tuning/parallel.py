@@ -1,9 +1,11 @@
 """The tuner's independent simulations on worker processes (``tune --jobs N``).
 
 The search prices layer options by GeMM simulations that do not depend on one another, and times its best
-two plans as whole steps. With N > 1 worker processes these run on a pool: the search hands over every
-simulation a mesh's DP will ask for before it runs the DP (``search``), stores the prices in its cost cache
-and then runs unchanged, so its result is the same as with one process. Each task simulates in a context of
+finalists as whole steps. With N > 1 worker processes these run on a pool: the search hands over every
+simulation the refined meshes' DPs will ask for before it runs them (``search``), in one task per worker that
+simulates its share of every mesh in one context (so a worker reuses its timings across meshes, as one process
+does), stores the prices in its cost cache and then runs unchanged, so its result is the same as with one process.
+Each task simulates in a context of
 its own, sharing only the disk cache folder when one is named; a simulation is deterministic, so no price
 depends on which process or which cache produced it.
 
@@ -60,12 +62,16 @@ Entries = list[tuple[str, dict[str, Any]]]
 """Timing-cache entries (``engine.cache``) a task computed, for the caller's context to adopt."""
 
 
-def _simulate_gemms(jobs: Sequence[tuple[GemmProblem, GemmParams]], algorithm: str, hardware: HardwareProfile,
-                    mapping: MeshMapping, fidelity: Fidelity, folder: Path | None) -> tuple[list[float], Entries]:
-    """The simulated time of each GeMM, and the timing-cache entries made on the way."""
+Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], str, HardwareProfile, MeshMapping, Fidelity]
+"""GeMMs of one mesh: (problem, parameters) each, the algorithm, the profile, the mesh's mapping and the fidelity."""
+
+
+def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list[list[float]], Entries]:
+    """The simulated time of each GeMM of every group, in one context: a worker's share of every mesh reuses the
+    timings it made for the others, as the search does in one process."""
     context = Context.with_cache(folder)
-    times = [simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity, context=context).time_s
-             for problem, params in jobs]
+    times = [[simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity, context=context).time_s
+              for problem, params in jobs] for jobs, algorithm, hardware, mapping, fidelity in groups]
     return times, list(context.timings.memory.items())
 
 
@@ -75,6 +81,12 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     context = Context.with_cache(folder)
     context.timings.adopt(entries)
     return simulate_step(spec, hardware, mapping, context=context)
+
+
+def _grouped(groups: Sequence[Group], folder: Path | None) -> tuple[list[float], Entries]:
+    """``_simulate_groups`` with the times of every group in one list, in order."""
+    times, entries = _simulate_groups(groups, folder)
+    return [value for group in times for value in group], entries
 
 
 class PendingTimes:
@@ -113,17 +125,21 @@ class SimulationPool:
         for _ in range(workers):
             self._executor.submit(_ready)
 
-    def gemms(self, jobs: Sequence[tuple[Hashable, GemmProblem, GemmParams]], algorithm: str,
-              hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity) -> PendingTimes:
-        """Submit ``jobs`` (GeMMs of one mesh, each under the caller's key) in one task per worker, dealt
-        round-robin because neighbouring options (close slice counts) cost alike."""
+    def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], str,
+                                                  HardwareProfile, MeshMapping, Fidelity]]) -> PendingTimes:
+        """Submit the GeMMs of several meshes (each group under the caller's keys) as one task per worker: each
+        worker takes every ``workers``-th GeMM of every mesh (neighbouring options cost alike), so a worker is sent
+        its whole share once and reuses, in one context, what it simulated for one mesh on the next."""
         parts = []
         for first in range(self.workers):
-            batch = list(jobs[first::self.workers])
-            if batch:
-                future = self._executor.submit(_simulate_gemms, [(problem, params) for _, problem, params in batch],
-                                               algorithm, hardware, mapping, fidelity, self.folder)
-                parts.append(([key for key, _, _ in batch], future))
+            shares = [(list(jobs[first::self.workers]), algorithm, hardware, mapping, fidelity)
+                      for jobs, algorithm, hardware, mapping, fidelity in groups]
+            shares = [share for share in shares if share[0]]
+            if shares:
+                future = self._executor.submit(_grouped, [([(p, q) for _, p, q in jobs], algorithm, hardware, mapping,
+                                                           fidelity) for jobs, algorithm, hardware, mapping, fidelity
+                                                          in shares], self.folder)
+                parts.append(([key for jobs, *_ in shares for key, _, _ in jobs], future))
         return PendingTimes(parts)
 
     def step(self, spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,

@@ -356,12 +356,13 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     refined = searches if request.exhaustive else _rank(searches, reports, request.refine_meshes, model.layers)
     total = len(refined) + 2  # the ranking, each refined mesh, the whole steps
     count(1, total)
-    submitted = [_submit(pool, search) for search in refined] if pool is not None else []
+    # every refined mesh's GeMMs go to the workers at once, one task per worker (``parallel``)
+    submitted = _submit(pool, refined) if pool is not None else None
     final = []
     for number, search in enumerate(refined, start=1):
         say(f"simulating the best candidates of mesh {search.candidate.label} ({number} of {len(refined)})")
-        if submitted:
-            _collect(search, submitted[number - 1])
+        if submitted is not None and number == 1:
+            _collect(refined, submitted)
         plans = search.plans(simulated=True, keep=2)
         if plans:
             final.append((search.ranking_cost(plans[0], model.layers), search.candidate.label, search, plans))
@@ -445,21 +446,24 @@ def _uncounted(done: int, total: int) -> None:
     del done, total
 
 
-def _submit(pool: SimulationPool, search: _MeshSearch) -> PendingTimes:
-    """Hand the GeMMs the mesh's DES-priced DP will simulate to the worker processes."""
-    ctx = search.context
-    return pool.gemms(search.unsimulated(), ctx.algorithm.name, ctx.hardware, search.candidate.mapping.tensor_mapping,
-                      ctx.fidelity)
+def _submit(pool: SimulationPool, searches: Sequence[_MeshSearch]) -> PendingTimes:
+    """Hand the GeMMs the meshes' DES-priced DPs will simulate to the worker processes, in one batch."""
+    return pool.gemm_groups([(search.unsimulated(), search.context.algorithm.name, search.context.hardware,
+                              search.candidate.mapping.tensor_mapping, search.context.fidelity)
+                             for search in searches])
 
 
-def _collect(search: _MeshSearch, pending: PendingTimes) -> None:
-    """Store the workers' prices of one mesh in the search's cache (a worker's error is raised here), and their
-    simulations in its context, where the whole steps timed on this mesh find them as one process would."""
+def _collect(searches: Sequence[_MeshSearch], pending: PendingTimes) -> None:
+    """Store the workers' prices in the searches' cache (a worker's error is raised here), and their simulations
+    in its context, where the whole steps timed on these meshes find them as one process would."""
     times, entries = pending.result()
-    for key, value in times:
-        search.pricer.cache.store(key, value)
-    search.pricer.cache.context.timings.adopt(entries)
-    search.simulations = entries
+    caches = {id(search.pricer.cache): search.pricer.cache for search in searches}  # the searches share one
+    for cache in caches.values():
+        for key, value in times:
+            cache.store(key, value)
+        cache.context.timings.adopt(entries)
+    for search in searches:
+        search.simulations = entries
 
 
 def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_meshes: int,
