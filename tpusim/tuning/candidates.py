@@ -42,7 +42,7 @@ FSDP_STAGE = 3  # the ZeRO stage at which replicas shard the weights too (model.
 
 @dataclass(frozen=True)
 class Candidate:
-    """One row of the planning table (field meanings: docs/results.md#plan-tpusim-plan)."""
+    """One row of the planning table (field meanings: docs/workloads.md#planning-tpusim-plan)."""
 
     algorithm: str | None
     layout: str  # a LayoutKind
