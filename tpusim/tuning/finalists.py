@@ -10,7 +10,8 @@ micro-batch, ``ops_bound``) already reach the fastest step simulated. A chip run
 data-parallel transfers only add exposed time, so a whole step is never shorter than that sum (the step model:
 docs/workloads.md#the-autotuner). Under ``exhaustive`` the same bound drives a branch and bound over every plan of
 every mesh: plans are timed in increasing order of the bound until it reaches the fastest step, so the answer is
-the whole-step optimum of the space the search states.
+the whole-step optimum of the space the search states, unless a mesh has more than ``EXHAUSTIVE_STEPS`` plans below
+the bound (a note then names it).
 """
 
 from __future__ import annotations
@@ -121,24 +122,36 @@ def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], s
     return _ranked(timed, finalists), untimed
 
 
+EXHAUSTIVE_STEPS = 64
+"""Whole steps the exhaustive search times per mesh at most. Where the data-parallel tail is large, thousands of a
+mesh's plans (every slice count) can sit below the bound, each a whole step to simulate; past this many the mesh's
+remaining plans are left untimed and a note names the mesh, so the answer is then the optimum of what was timed."""
+
+
 def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
-                      heard: Callable[[int], None] | None = None) -> list[Timed]:
+                      heard: Callable[[int], None] | None = None) -> tuple[list[Timed], list[str]]:
     """Branch and bound over every plan of every mesh (DES prices): plans are timed as whole steps in increasing
-    order of their bound until it reaches the fastest step simulated. Returns every timed plan, fastest first;
-    ``heard`` hears the count of whole steps timed so far."""
+    order of their bound until it reaches the fastest step simulated, at most ``EXHAUSTIVE_STEPS`` per mesh.
+    Returns every timed plan, fastest first, and the meshes the cap stopped before their bound did; ``heard``
+    hears the count of whole steps timed so far."""
     fastest = math.inf
     timed: list[Timed] = []
     firsts = [(s.plans(simulated=True, keep=1), s) for s in searches]
     order = sorted(((plans[0], s) for plans, s in firsts if plans),
                    key=lambda item: (ops_bound(item[0], spec, layers), item[1].candidate.label))
     finalists: list[Finalist] = []
+    capped: list[str] = []
     for _, search in order:
-        keep, seen = 1, 0
+        keep, seen, count = 1, 0, 0
         while True:
             plans = search.plans(simulated=True, keep=keep)
             for plan in plans[seen:]:
                 if ops_bound(plan, spec, layers) >= fastest:
                     break
+                if count == EXHAUSTIVE_STEPS:
+                    capped.append(search.candidate.label)
+                    break
+                count += 1
                 finalist = Finalist(search, plan)
                 finalists.append(finalist)
                 result = _simulate(finalist, spec)
@@ -151,7 +164,7 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
                     seen, keep = len(plans), 2 * keep
                     continue
             break
-    return _ranked(timed, finalists)
+    return _ranked(timed, finalists), capped
 
 
 def _ranked(timed: list[Timed], finalists: Sequence[Finalist]) -> list[Timed]:

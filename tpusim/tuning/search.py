@@ -47,7 +47,15 @@ from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.capacity import mesh_memory
 from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
-from tpusim.tuning.finalists import Finalist, choice, ops_bound, runner_up, time_exhaustively, time_finalists
+from tpusim.tuning.finalists import (
+    EXHAUSTIVE_STEPS,
+    Finalist,
+    choice,
+    ops_bound,
+    runner_up,
+    time_exhaustively,
+    time_finalists,
+)
 from tpusim.tuning.layer_costs import (
     CostCache,
     LayerPricer,
@@ -378,8 +386,12 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)
     if request.exhaustive:
         say("timing every plan that can still win as a whole step")
-        timed = time_exhaustively([search for _, _, search, _ in final], whole, model.layers)
+        timed, capped = time_exhaustively([search for _, _, search, _ in final], whole, model.layers)
         untimed: list[Finalist] = []
+        if capped:
+            notes.append(f"exhaustive: {', '.join(capped)} had more than {EXHAUSTIVE_STEPS} plans whose ops could "
+                         "still beat the best step; the rest were not timed, so the answer is the optimum of the "
+                         "plans timed")
     else:
         # every mesh the search simulated is a finalist with its best plan; a single mesh adds its second plan
         finalists = [Finalist(search, plans[0]) for _, _, search, plans in final]
