@@ -91,10 +91,12 @@ def test_every_refined_mesh_is_timed_and_the_fastest_step_wins() -> None:
     # no finalist is dropped on its estimate: each refined mesh whose ops could still win is simulated as a step
     result = tune(_request(dp=1))
     timed = {m.mesh: m.simulated_step_s for m in result.meshes if m.simulated_step_s is not None}
-    assert result.steps_simulated == len(timed) >= 2
+    assert result.steps_simulated == len(timed) >= 1
     assert result.best.step_time_s == min(timed.values())
-    assert result.runner_up is not None and result.runner_up.step_time_s == min(
-        value for mesh, value in timed.items() if mesh != result.best.mesh)
+    for report in result.meshes:  # a refined mesh left untimed could not win: its estimate is above the best
+        if report.status == "simulated" and report.simulated_step_s is None:
+            assert report.estimate_step_s is not None and report.estimate_step_s >= result.best.step_time_s
+            assert any(note.startswith(f"{report.mesh} not timed as a whole step") for note in result.notes)
 
 def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
     from tpusim.errors import InfeasibleError
