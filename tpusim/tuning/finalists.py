@@ -5,7 +5,8 @@ it is the only mesh). Each finalist is simulated as a whole step, its data-paral
 and all, so no closed-form tail (``data_tail``) decides between them; the answer is the fastest step simulated, and
 the runner-up the fastest of another mesh (the second plan of the same mesh when only one mesh is left).
 
-A finalist is left untimed only when it cannot win: its ops alone (the plan's per-layer cost over every layer and
+Past the first two (the second is the runner-up), a finalist is left untimed only when it cannot win: its ops
+alone (the plan's per-layer cost over every layer and
 micro-batch, ``ops_bound``) already reach the fastest step simulated. A chip runs its ops one after another and its
 data-parallel transfers only add exposed time, so a whole step is never shorter than that sum (the step model:
 docs/workloads.md#the-autotuner). Under ``exhaustive`` the same bound drives a branch and bound over every plan of
@@ -111,7 +112,8 @@ def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], s
     untimed: list[Finalist] = []
     fastest = math.inf
     for finalist, future in zip(order, futures, strict=True):
-        if ops_bound(finalist.plan, spec, layers) >= fastest:
+        # the first two are always timed: the second is the runner-up the result reports
+        if len(timed) >= 2 and ops_bound(finalist.plan, spec, layers) >= fastest:
             if future is not None:
                 future.cancel()
             untimed.append(finalist)
