@@ -280,8 +280,8 @@ def test_a_file_size_limit_ends_the_run_in_one_line_with_valid_files_and_no_temp
                           timeout=DEADLINE_S * 4)
     assert (done.returncode, done.stderr) == (2, "cannot write the results in 'out': File too large; the files there "
                                                  "stay as they were last written\n")
-    assert sorted(p.name for p in (folder / "out").iterdir()) == [".lock", "results.csv", "results.json",
-                                                                 "run_meta.json"]
+    assert sorted(p.name for p in (folder / "out").iterdir()) == [".key", ".lock", "results.csv", "results.json",
+                                                                 "results.jsonl", "run_meta.json"]
     assert json.loads((folder / "out" / "results.json").read_text())["points_finished"] == 0
     assert (folder / "out" / "results.csv").read_text().startswith("index,")
 
