@@ -67,7 +67,7 @@ def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, dict[str, 
     runtime = CollectiveRuntime(sim)
     run_spmd(sim, runtime, program, lambda dev: ())
     wall = time.perf_counter() - begin
-    totals = runtime.network.totals(sim.now)
+    totals = runtime.network.totals(sim, sim.now)
     assert totals is not None
     return wall, {"simulated_s": sim.now, "transfers": totals.transfers, "events": sim.events}
 

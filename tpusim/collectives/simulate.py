@@ -144,7 +144,7 @@ def simulate_collective(
     twin = network.twin(call)
     if twin is None:
         notes.append("no closed form is claimed for this case (chunked multi-hop routes or all-to-all)")
-    totals = network.totals(elapsed)
+    totals = network.totals(sim, elapsed)
     if totals is None:
         notes.append("abstract calibrated network: no per-link accounting")
     if link_overrides:
