@@ -27,7 +27,7 @@ from typing import Any
 import tpusim.api as tp
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.network import network_for, place_mesh
+from tpusim.collectives.factory import network_for, place_mesh
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation

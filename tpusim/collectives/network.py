@@ -4,8 +4,9 @@ Two implementations exist, one per kind of hardware profile: ``PhysicalNetwork``
 per-link plans, the physical closed forms) and ``CalibratedNetwork`` (the MeshSlice authors' abstract ring per
 logical axis with its fitted per-op, per-axis costs). Everything above this layer talks to the interface:
 placing a logical mesh (``place_mesh``), starting a group collective, its uncontended twin, what makes groups
-differ (for the symmetric fidelity), and what the links carried. ``network_for`` and ``place_mesh`` pick the
-implementation from the profile; nothing else asks which kind a profile is.
+differ (for the symmetric fidelity), and what the links carried. Each implementation lives in its own package
+(``tpusim.collectives.physical``, ``tpusim.collectives.calibrated``); ``tpusim.collectives.factory`` builds the
+one a profile describes (``network_for``, ``place_mesh``), and nothing else asks which kind a profile is.
 
 A model is frozen once built: every attribute is set in ``__init__`` and never changes (plans are memoised on the
 context). What one run changes (the links, the channels, the groups starting a collective at this instant, the
@@ -18,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,11 +30,7 @@ from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.simulation import RankDone, Simulation
 from tpusim.topology import MeshMapping
 
-if TYPE_CHECKING:
-    from tpusim.collectives.calibrated import CalibratedNetwork
-    from tpusim.collectives.physical import PhysicalNetwork
-
-__all__ = ["LinkTotals", "Network", "RankDone", "network_for", "place_mesh"]
+__all__ = ["LinkTotals", "Network", "RankDone"]
 
 @dataclass(frozen=True)
 class LinkTotals:
@@ -46,7 +43,7 @@ class LinkTotals:
 
 
 class Network(ABC):
-    """The interconnect of one simulated cluster."""
+    """The interconnect of one simulated cluster: a frozen model, shared by every run of a request."""
 
     rank_independent: ClassVar[bool]
     """Whether a collective takes the same time whatever the root and every member finishes together, so a
@@ -139,33 +136,13 @@ class Network(ABC):
         return None
 
 
-def _kind(hardware: HardwareProfile) -> type[PhysicalNetwork] | type[CalibratedNetwork]:
-    from tpusim.collectives.calibrated import CalibratedNetwork
-    from tpusim.collectives.physical import PhysicalNetwork
-    from tpusim.config import CalibratedProfile, PhysicalProfile
+def __getattr__(name: str) -> object:
+    """The factory's names, still importable from here (``tpusim.collectives.factory`` builds models)."""
+    if name in _FACTORY:
+        from tpusim.collectives import factory
 
-    if isinstance(hardware, CalibratedProfile):
-        return CalibratedNetwork
-    if isinstance(hardware, PhysicalProfile):
-        return PhysicalNetwork
-    raise TypeError(f"hardware profile {hardware.name!r} is neither physical nor calibrated")
+        return getattr(factory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def network_for(hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
-                link_overrides: Mapping[int, LinkOverride] | None = None) -> Network:
-    """The network ``hardware`` describes, over ``mapping``."""
-    return _kind(hardware)(hardware, mapping, context=context, link_overrides=link_overrides)
-
-
-def takes_data_axis(hardware: HardwareProfile) -> bool:
-    """Whether the network ``hardware`` describes can hold a D x R x C layout (the calibrated profiles' fitted
-    costs describe one 2D mesh)."""
-    return _kind(hardware).data_axis
-
-
-def place_mesh(hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-               axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
-    """The logical ``rows x cols`` mesh (``data`` replicas of it in a D x R x C pod layout) placed on the network
-    ``hardware`` describes."""
-    return _kind(hardware).place(hardware, rows, cols, topology=topology, axis_map=axis_map, data=data,
-                                 data_axes=data_axes)
+_FACTORY = ("network_for", "place_mesh", "takes_data_axis")

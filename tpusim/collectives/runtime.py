@@ -24,8 +24,9 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import DcnFabric
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.handles import Pending, PendingTimeout
-from tpusim.collectives.network import Network, network_for
+from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.simulation import Simulation

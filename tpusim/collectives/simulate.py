@@ -16,8 +16,8 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
-from tpusim.collectives.network import network_for
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
-from tpusim.collectives.network import Network, network_for
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile
 from tpusim.config.layout import layout_name
 from tpusim.engine.accounting import breakdown
@@ -382,7 +383,7 @@ def _sum_of_ops(spec: StepSpec, network: Network, plan: StepPlan, reps: list[tup
                 links = LinkBusy() if link_busy is not None else None
                 g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
                                   network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC,
-                                  link_busy=links)
+                                  link_busy=links, network=None if network.link_overrides else network)
                 # symmetric fidelity simulates, so the breakdown is there (only analytic leaves it None)
                 assert g.compute_s is not None and g.exposed_comm_s is not None and g.idle_s is not None
                 assert g.hbm_stall_s is not None

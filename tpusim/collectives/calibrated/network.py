@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tpusim.collectives.calibrated.closed_forms import calibrated_time, channels
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.network import Network, RankDone
-from tpusim.collectives.operations import operation
 from tpusim.config import CalibratedProfile, HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.engine.links import LinkOverride
@@ -65,7 +65,7 @@ class CalibratedNetwork(Network):
         size = self.mapping.size(call.axis)
         if size == 1:
             return 0.0
-        return operation(call.op).calibrated_time(call, size, self.profile.calibration)
+        return calibrated_time(call, size, self.profile.calibration)
 
     def asymmetry(self, *, overrides: bool) -> str | None:
         # every member of a group finishes a collective together, by construction
@@ -75,7 +75,7 @@ class CalibratedNetwork(Network):
         known = self._durations.get((call, group))
         if known is None:
             size = self.mapping.size(call.axis)
-            keys = [(call.axis, group, d) for d in operation(call.op).channels(call, size)]
+            keys = [(call.axis, group, d) for d in channels(call, size)]
             known = self._durations[(call, group)] = (self.twin(call), keys)
         duration, keys = known
         return sim.channels.reserve(keys, now, duration)[1]
