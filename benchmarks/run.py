@@ -27,7 +27,7 @@ from typing import Any
 import tpusim.api as tp
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.network import network_for, place_mesh
+from tpusim.collectives.factory import network_for, place_mesh
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.context import CACHE_ENV, Context
 from tpusim.engine.simulation import Simulation
@@ -67,7 +67,7 @@ def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, dict[str, 
     runtime = CollectiveRuntime(sim)
     run_spmd(sim, runtime, program, lambda dev: ())
     wall = time.perf_counter() - begin
-    totals = runtime.network.totals(sim.now)
+    totals = runtime.network.totals(sim, sim.now)
     assert totals is not None
     return wall, {"simulated_s": sim.now, "transfers": totals.transfers, "events": sim.events}
 

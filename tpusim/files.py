@@ -31,7 +31,7 @@ from tpusim.errors import OutputPathError, UserError
 from tpusim.limits import exceeds, limit_of
 
 __all__ = ["DIRECTORY", "FileRefused", "UnsafePathError", "check_target", "create_exclusive", "kind_of", "open_regular",
-           "read_bounded", "replace_atomically", "target_kind", "unsafe_target", "write_atomic"]
+           "read_bounded", "replace_atomically", "replace_together", "target_kind", "unsafe_target", "write_atomic"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -92,15 +92,16 @@ def check_target(path: Path, subject: str) -> None:
         raise unsafe_target(f"{subject} {str(path)!r}", kind)
 
 
-def replace_atomically(target: Path, write: Callable[[IO[bytes]], object], subject: str = "file") -> None:
+def replace_atomically(target: Path, write: Callable[[IO[bytes]], object], subject: str = "file", *,
+                       mode: int = 0o666) -> None:
     """Let ``write`` fill a new temporary sibling of ``target``, then move it over ``target``, which must be
     missing or a regular file (else ``UnsafePathError``). A failed write raises its ``OSError`` and leaves
-    ``target`` as it was."""
+    ``target`` as it was. ``mode`` is the new file's (less the umask): 0o600 keeps it private."""
     check_target(target, subject)
     # a sibling: the same file system, so os.replace is atomic
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(create_exclusive(temporary), "wb") as handle:
+        with os.fdopen(create_exclusive(temporary, mode), "wb") as handle:
             write(handle)
         check_target(target, subject)  # something else may have taken the name while the file was written
         os.replace(temporary, target)
@@ -109,15 +110,39 @@ def replace_atomically(target: Path, write: Callable[[IO[bytes]], object], subje
         raise
 
 
+def replace_together(files: list[tuple[Path, bytes]], subject: str = "file",
+                     renamed: Callable[[Path], None] | None = None) -> None:
+    """Replace each ``(path, content)`` of ``files``: every new content is written to its temporary sibling first,
+    and only then are they renamed over their targets, one right after the other, in order (``renamed`` is told
+    of each). Two files cannot change in one step, but a write that fails (a full disk) changes none of them, and
+    a kill can only fall between two renames, never while a content is written."""
+    temporaries: list[Path] = []
+    try:
+        for target, content in files:
+            check_target(target, subject)
+            temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            with os.fdopen(create_exclusive(temporary), "wb") as handle:
+                temporaries.append(temporary)
+                handle.write(content)
+        for (target, _), temporary in zip(files, temporaries, strict=True):
+            check_target(target, subject)
+            os.replace(temporary, target)
+            if renamed is not None:
+                renamed(target)
+    finally:
+        for temporary in temporaries:
+            temporary.unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, text: str, subject: str = "file") -> None:
     """Replace ``path`` with ``text`` (UTF-8) atomically (see ``replace_atomically``)."""
     replace_atomically(path, lambda handle: handle.write(text.encode()), subject)
 
 
-def create_exclusive(path: Path) -> int:
+def create_exclusive(path: Path, mode: int = 0o666) -> int:
     """A descriptor of a new regular file at ``path``, opened for writing; ``FileExistsError`` when anything,
     a link included, already has that name."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
 
 
 def open_regular(path: Path, flags: int, subject: str, *, follow: bool, mode: int = 0o644) -> int:

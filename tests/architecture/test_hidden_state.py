@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "tpusim"
 MODULES = sorted(ROOT.rglob("*.py"))
-KIND_AWARE = {"collectives/network.py", "collectives/physical.py", "collectives/calibrated.py",
+KIND_AWARE = {"collectives/factory.py", "collectives/physical/network.py", "collectives/calibrated/network.py",
               "hardware/profiles.py", "config/hardware.py"}
 PROFILE_KINDS = {"CalibratedProfile", "PhysicalProfile"}
 KIND_ONLY = {"calibration", "calibrated", "ici"}  # what only one kind of profile has

@@ -17,6 +17,7 @@ RANK["units"] = -1
 RANK["vocabulary"] = -1  # the shared names, importable from everywhere
 RANK["limits"] = -1  # the size limits, importable from everywhere (it imports only errors)
 RANK["files"] = -1  # the one file reader and writer, importable from everywhere (it imports errors and limits)
+RANK["keys"] = -1  # the keyed digests of stored state, as low as files (it imports files and errors)
 
 
 def _layer(module: str) -> str | None:

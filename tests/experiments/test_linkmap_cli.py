@@ -150,7 +150,7 @@ def test_a_symmetric_run_fills_the_groups_it_did_not_simulate_exactly() -> None:
                                  Tensor((4_000_000,), "int8"))
 
         run_spmd(sim, runtime, program, lambda device: ())
-        raw = runtime.network.link_busy()
+        raw = runtime.network.link_busy(sim)
         filled = run_link_busy(runtime, symmetric=representatives is not None)
         assert raw is not None and filled is not None
         return raw, filled

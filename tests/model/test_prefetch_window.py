@@ -66,3 +66,36 @@ def test_an_unbounded_window_is_not_ideal() -> None:
     ideal, none = _time(prefetch="ideal", **free), _time(prefetch="none", **free)
     unbounded = _time(prefetch="window", prefetch_window=10_000, **free)
     assert unbounded < ideal < none
+
+
+MESHSLICE = {**WANG, "algorithm": "meshslice", "slices": 4}
+
+
+def test_meshslice_first_slice_gather_follows_the_prefetch_policy_like_every_other_gather() -> None:
+    """One policy for every algorithm (docs/algorithms.md#prefetch-policy): MeshSlice's slice-0 weight gather is
+    data-independent, so ``previous-gemm`` starts it with the GeMM before and ``previous-op`` with the op before;
+    its exposed communication shrinks by what they hide. (Before, all three policies gave one time.)"""
+    runs = {p: api.step(**MESHSLICE, prefetch=p) for p in ("none", "previous-op", "previous-gemm")}
+    exposed = {p: r.exposed_comm_s for p, r in runs.items()}
+    assert exposed["previous-gemm"] < exposed["previous-op"] < exposed["none"]
+    # the GeMMs themselves are untouched: the compute time is the same, only the exposure moves
+    assert runs["previous-gemm"].compute_s == pytest.approx(runs["none"].compute_s, rel=1e-9)
+    assert runs["previous-gemm"].step_time_s - runs["none"].step_time_s == pytest.approx(
+        exposed["previous-gemm"] - exposed["none"], rel=1e-9)
+
+
+def test_meshslice_prefetches_its_first_slice_not_the_whole_block() -> None:
+    """The window's budget counts the gathered slice: a budget of exactly one slice-0 gather of the largest weight
+    (1/K of its gathered block, which would need K times as much) lets the FF layers' first slices start early,
+    one byte less does not."""
+    model = api.model("gpt3-175b")
+    # the largest weight on 4x4 is an FF matrix, h x 4h over 16 chips, gathered over one axis of 4, in bf16
+    largest_slice = model.hidden * model.ffn // 16 * 4 * 2 // MESHSLICE["slices"]
+
+    def time(**changes: object) -> float:
+        return api.step(**MESHSLICE, **changes).step_time_s
+
+    fits = time(prefetch="window", prefetch_window=1, prefetch_budget=f"{largest_slice} B")
+    short = time(prefetch="window", prefetch_window=1, prefetch_budget=f"{largest_slice - 1} B")
+    assert fits < short < time(prefetch="none")
+    assert time(prefetch="window", prefetch_window=1) <= fits

@@ -1,6 +1,20 @@
-"""Small input files the reliability tests write: one tiny GeMM point (runs in milliseconds)."""
+"""Small input files the reliability tests write (one tiny GeMM point, runs in milliseconds), and the wait for a
+real process to reach a state."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_until(condition: Callable[[], bool], what: str, *, deadline_s: float, poll_s: float) -> None:
+    """Poll ``condition`` every ``poll_s`` until it holds; fail naming ``what`` after ``deadline_s`` (a liveness
+    bound, not a timing assertion)."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not {what} after {deadline_s} s")
+        time.sleep(poll_s)
 
 TINY_GEMM_POINT = """\
 point:

@@ -58,6 +58,17 @@ def _experiment(folder: Path) -> Path:
     return path
 
 
+def _run_folder_beside_a_victim(folder: Path, text: str) -> tuple[Path, Path]:
+    """The tiny experiment, an empty output folder ``o`` and, outside it, a file holding ``text`` that nothing may
+    touch."""
+    _experiment(folder)
+    out = folder / "o"
+    out.mkdir()
+    victim = folder / "victim"
+    victim.write_text(text)
+    return out, victim
+
+
 # ------------------------------------------------------------------------------------------- 1: write targets
 
 
@@ -100,11 +111,7 @@ def test_the_api_trace_refuses_a_fifo(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["results.csv", "results.json", "run_meta.json"])
 def test_a_run_refuses_a_results_file_that_is_a_link_before_any_point(name: str, tmp_path: Path) -> None:
-    _experiment(tmp_path)
-    out = tmp_path / "o"
-    out.mkdir()
-    victim = tmp_path / "victim"
-    victim.write_text("keep")
+    out, victim = _run_folder_beside_a_victim(tmp_path, "keep")
     (out / name).symlink_to(victim)
     line = _one_line(_tpusim(["run", "tiny.yaml", "--out", "o"], tmp_path))
     assert line == f"results file 'o/{name}' is a symbolic link; {REFUSED}"
@@ -117,11 +124,7 @@ def test_a_run_refuses_a_results_file_that_is_a_link_before_any_point(name: str,
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
 def test_a_lock_that_is_not_the_folders_own_file_is_never_written(kind: str, tmp_path: Path) -> None:
-    _experiment(tmp_path)
-    out = tmp_path / "o"
-    out.mkdir()
-    victim = tmp_path / "victim"
-    victim.write_text("text\n")
+    out, victim = _run_folder_beside_a_victim(tmp_path, "text\n")
     lock = out / ".lock"
     if kind == "symlink":
         lock.symlink_to(Path("..") / "victim")

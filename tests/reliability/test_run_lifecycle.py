@@ -15,14 +15,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.files import TINY_GEMM_POINT
+from tests.reliability.files import TINY_GEMM_POINT, wait_until
 from tpusim.cli.main import main
 from tpusim.experiments.jobs import HANG_ENV
 from tpusim.experiments.run import FAULT_ENV
@@ -64,12 +64,7 @@ def finish(folder: Path, *extra: str, hang: str = "", **env: str) -> tuple[int, 
     return process.wait(timeout=DEADLINE_S * 4), (folder / "stderr").read_text()
 
 
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not {what} after {DEADLINE_S} s")
-        time.sleep(POLL_S)
+until = partial(wait_until, deadline_s=DEADLINE_S, poll_s=POLL_S)
 
 
 def session(leader: int) -> list[int]:
@@ -280,8 +275,8 @@ def test_a_file_size_limit_ends_the_run_in_one_line_with_valid_files_and_no_temp
                           timeout=DEADLINE_S * 4)
     assert (done.returncode, done.stderr) == (2, "cannot write the results in 'out': File too large; the files there "
                                                  "stay as they were last written\n")
-    assert sorted(p.name for p in (folder / "out").iterdir()) == [".lock", "results.csv", "results.json",
-                                                                 "run_meta.json"]
+    assert sorted(p.name for p in (folder / "out").iterdir()) == [".key", ".lock", "results.csv", "results.json",
+                                                                 "results.jsonl", "run_meta.json"]
     assert json.loads((folder / "out" / "results.json").read_text())["points_finished"] == 0
     assert (folder / "out" / "results.csv").read_text().startswith("index,")
 

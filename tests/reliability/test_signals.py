@@ -14,13 +14,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.files import TINY_GEMM_POINT
+from tests.reliability.files import TINY_GEMM_POINT, wait_until
 from tpusim.cli.main import main
 from tpusim.engine.signals import SIMULATING_ENV
 
@@ -53,12 +53,7 @@ TUNE_PROCESSES = 5
 """The command, its two workers, their forkserver and multiprocessing's resource tracker."""
 
 
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not {what} after {DEADLINE_S} s")
-        time.sleep(POLL_S)
+until = partial(wait_until, deadline_s=DEADLINE_S, poll_s=POLL_S)
 
 
 def session(leader: int) -> list[str]:

@@ -66,7 +66,8 @@ def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]
     mapping = place_mesh(TPUV4, rows, cols, topology="torus:4x4", data=data)
     spec = StepSpec(SMALL, "meshslice", exhaustive.batch, tuple(best.slices),
                     tuple(Dataflow(d) for d in best.dataflows), tuple(best.transposes),
-                    recompute=exhaustive.recompute, zero_stage=exhaustive.zero_stage)
+                    recompute=exhaustive.recompute, zero_stage=exhaustive.zero_stage,
+                    prefetch=TPUV4.prefetch)  # the profile's policy, which MeshSlice's first slice follows too
     step = simulate_step(spec, TPUV4, mapping)
     assert step.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert step.exposed_data_comm_s == pytest.approx(best.exposed_data_comm_s, rel=1e-12)

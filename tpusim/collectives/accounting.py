@@ -48,7 +48,7 @@ def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> 
     critical = max(finish, key=lambda c: (finish[c], -c)) if finish else 0
     mxu = sim.chips[critical].spans
     comm = runtime.comm_spans.get(critical, [])
-    totals = runtime.network.totals(elapsed)
+    totals = runtime.network.totals(sim, elapsed)
     parts = breakdown(mxu, comm, elapsed)
     return RunAccount(elapsed, critical, parts, mxu, comm, sim.chips[critical].flops,
                       sim.chips[critical].hbm_stall if sim.chips else 0.0,

@@ -41,7 +41,7 @@ def run_link_busy(runtime: CollectiveRuntime, *, symmetric: bool) -> np.ndarray 
     """Seconds each directed link was busy in the finished run of ``runtime``, every group included; None on a
     network without links."""
     network = runtime.network
-    busy = network.link_busy()
+    busy = network.link_busy(runtime.sim)
     if busy is None or not symmetric:
         return busy
     started = [record for record in runtime.records if record.size > 1]

@@ -1,40 +1,36 @@
-"""The network of one run as an object: how a group collective moves, and what it costs in closed form.
+"""The network model of one request: how a group collective moves, and what it costs in closed form.
 
 Two implementations exist, one per kind of hardware profile: ``PhysicalNetwork`` (directed ICI links,
 per-link plans, the physical closed forms) and ``CalibratedNetwork`` (the MeshSlice authors' abstract ring per
 logical axis with its fitted per-op, per-axis costs). Everything above this layer talks to the interface:
 placing a logical mesh (``place_mesh``), starting a group collective, its uncontended twin, what makes groups
-differ (for the symmetric fidelity), and what the links carried. ``network_for`` and ``place_mesh`` pick the
-implementation from the profile; nothing else asks which kind a profile is.
+differ (for the symmetric fidelity), and what the links carried. Each implementation lives in its own package
+(``tpusim.collectives.physical``, ``tpusim.collectives.calibrated``); ``tpusim.collectives.factory`` builds the
+one a profile describes (``network_for``, ``place_mesh``), and nothing else asks which kind a profile is.
+
+A model is frozen once built: every attribute is set in ``__init__`` and never changes (plans are memoised on the
+context). What one run changes (the links, the channels, the groups starting a collective at this instant, the
+HBM the DMA shares and the tracer) belongs to that run's ``Simulation``, which every method that runs a
+collective takes, so one model serves every simulated window of a request.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
-import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
-from tpusim.engine.hbm import HbmLedger
-from tpusim.engine.links import LinkOverride
-from tpusim.engine.trace import Tracer
+from tpusim.engine.links import LinkArray, LinkOverride
+from tpusim.engine.simulation import RankDone, Simulation
 from tpusim.topology import MeshMapping
 
-if TYPE_CHECKING:
-    from tpusim.collectives.calibrated import CalibratedNetwork
-    from tpusim.collectives.physical import PhysicalNetwork
-
-__all__ = ["LinkTotals", "Network", "RankDone", "network_for", "place_mesh"]
-
-RankDone = Callable[[int, float], None]
-"""Called once per rank of a group collective with the simulated time its data is complete."""
-
+__all__ = ["LinkTotals", "Network", "RankDone"]
 
 @dataclass(frozen=True)
 class LinkTotals:
@@ -47,7 +43,7 @@ class LinkTotals:
 
 
 class Network(ABC):
-    """The interconnect of one simulated cluster."""
+    """The interconnect of one simulated cluster: a frozen model, shared by every run of a request."""
 
     rank_independent: ClassVar[bool]
     """Whether a collective takes the same time whatever the root and every member finishes together, so a
@@ -60,6 +56,9 @@ class Network(ABC):
 
     data_axis: ClassVar[bool]
     """Whether a D x R x C layout, with its data axis, can be placed on this kind of network (``takes_data_axis``)."""
+
+    charges_dma: ClassVar[bool]
+    """Whether the network's DMA is charged to the chips' HBM (a network without links has no DMA to charge)."""
 
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
                  link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
@@ -84,10 +83,10 @@ class Network(ABC):
         """Why chips or groups of this network may behave differently, or None when they cannot."""
 
     @abstractmethod
-    def start(self, env: simpy.Environment, call: CollectiveCall, group: int, ranks: Sequence[int],
+    def start(self, sim: Simulation, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
-        """Run ``call`` on ``group`` of its axis from now; report the completion of at least the ``ranks``
-        that have members running through ``done``."""
+        """Run ``call`` on ``group`` of its axis from now in ``sim``; report the completion of at least the
+        ``ranks`` that have members running through ``done``."""
 
     def resolve(self, call: CollectiveCall) -> CollectiveCall:
         """The call with every choice this network makes for it filled in (one chunk unless asked, on an
@@ -99,27 +98,35 @@ class Network(ABC):
         del call
         return "abstract ring (calibrated)"
 
-    def reserve(self, call: CollectiveCall, group: int, now: float) -> float:
-        """Where ``fixed_durations``: hold the group's resources for the call from ``now``; return its end."""
+    def reserve(self, sim: Simulation, call: CollectiveCall, group: int, now: float) -> float:
+        """Where ``fixed_durations``: hold the group's resources in ``sim`` for the call from ``now``; return its
+        end."""
         raise NotImplementedError(f"{type(self).__name__} has no fixed collective durations")
 
-    def trace_links(self, tracer: Tracer) -> None:
-        """Record every link transfer into ``tracer`` (a network without links records nothing)."""
-        del tracer
-
-    def share_hbm(self, ledger: HbmLedger) -> bool:
-        """Charge this network's DMA to the chips' HBM in ``ledger``; False where it cannot (no links)."""
-        del ledger
-        return False
-
-    def totals(self, elapsed: float) -> LinkTotals | None:
-        """What the links carried so far, or None on a network without links."""
-        del elapsed
+    def idle_links(self) -> LinkArray | None:
+        """A fresh state of every directed link, idle, for one run; None on a network without links."""
         return None
 
-    def link_busy(self) -> np.ndarray | None:
-        """Seconds each directed link (by link id) has been busy so far, or None on a network without links."""
-        return None
+    def trace_links(self, sim: Simulation) -> None:
+        """Record every link transfer of ``sim`` into its tracer (a network without links records nothing)."""
+        del sim
+
+    def totals(self, sim: Simulation, elapsed: float) -> LinkTotals | None:
+        """What the links of ``sim`` carried so far, or None on a network without links."""
+        links = sim.links
+        if links is None:
+            return None
+        return LinkTotals(
+            bytes_sent=float(links.bytes.sum()),
+            max_link_bytes=float(links.bytes.max(initial=0.0)),
+            max_link_utilisation=float(links.utilisation(elapsed).max(initial=0.0)),
+            transfers=links.transfers,
+        )
+
+    def link_busy(self, sim: Simulation) -> np.ndarray | None:
+        """Seconds each directed link (by link id) of ``sim`` has been busy so far, or None on a network without
+        links."""
+        return None if sim.links is None else sim.links.busy.copy()
 
     def busy_of(self, call: CollectiveCall, group: int) -> np.ndarray | None:
         """Seconds each directed link would be busy running ``call`` on ``group`` of its axis, or None on a
@@ -129,33 +136,13 @@ class Network(ABC):
         return None
 
 
-def _kind(hardware: HardwareProfile) -> type[PhysicalNetwork] | type[CalibratedNetwork]:
-    from tpusim.collectives.calibrated import CalibratedNetwork
-    from tpusim.collectives.physical import PhysicalNetwork
-    from tpusim.config import CalibratedProfile, PhysicalProfile
+def __getattr__(name: str) -> object:
+    """The factory's names, still importable from here (``tpusim.collectives.factory`` builds models)."""
+    if name in _FACTORY:
+        from tpusim.collectives import factory
 
-    if isinstance(hardware, CalibratedProfile):
-        return CalibratedNetwork
-    if isinstance(hardware, PhysicalProfile):
-        return PhysicalNetwork
-    raise TypeError(f"hardware profile {hardware.name!r} is neither physical nor calibrated")
+        return getattr(factory, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def network_for(hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
-                link_overrides: Mapping[int, LinkOverride] | None = None) -> Network:
-    """The network ``hardware`` describes, over ``mapping``."""
-    return _kind(hardware)(hardware, mapping, context=context, link_overrides=link_overrides)
-
-
-def takes_data_axis(hardware: HardwareProfile) -> bool:
-    """Whether the network ``hardware`` describes can hold a D x R x C layout (the calibrated profiles' fitted
-    costs describe one 2D mesh)."""
-    return _kind(hardware).data_axis
-
-
-def place_mesh(hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
-               axis_map: str | None = None, data: int = 1, data_axes: str | None = None) -> MeshMapping:
-    """The logical ``rows x cols`` mesh (``data`` replicas of it in a D x R x C pod layout) placed on the network
-    ``hardware`` describes."""
-    return _kind(hardware).place(hardware, rows, cols, topology=topology, axis_map=axis_map, data=data,
-                                 data_axes=data_axes)
+_FACTORY = ("network_for", "place_mesh", "takes_data_axis")

@@ -1,11 +1,10 @@
-"""One class per collective operation: its data semantics, its per-link plan, and its two closed forms.
+"""One class per collective operation: its data semantics, its per-link plan, and its physical closed form.
 
 Every operation says what each rank holds afterwards (``apply``, from every rank's input in rank order; shapes
 follow the same rules with or without data), how its data moves over one group's ring or line (``plans``:
-per-link messages, in phases that run one after another), how long that takes uncontended on a physical ring
-of directed links (``physical_time``, docs/network.md#physical-closed-forms) and under the MeshSlice authors'
-calibrated per-axis model (``calibrated_time``, docs/network.md#the-calibrated-network), and which directions
-of the abstract axis ring it holds there (``channels``).
+per-link messages, in phases that run one after another), and how long that takes uncontended on a physical ring
+of directed links (``physical_time``, docs/network.md#physical-closed-forms). The calibrated network's closed
+forms are its own (``tpusim.collectives.calibrated.closed_forms``).
 
 On a physical network each transfer holds its link for its bytes at the link bandwidth plus the software
 handshake of a step; the hop latency follows, pipelined; a reduction adds what arrives at the HBM rate before
@@ -28,12 +27,11 @@ from typing import ClassVar
 
 from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
 from tpusim.collectives.plans import Path, Plan, PlanBuilder
-from tpusim.config import Calibration, OpCalibration
 from tpusim.engine.tensor import Tensor, add, concat
 from tpusim.topology import RingEmbedding, ring_way
 from tpusim.vocabulary import CollectiveOp, Ring
 
-__all__ = ["OPERATIONS", "RING_OPERATIONS", "SCATTER_GATHER", "Operation", "operation"]
+__all__ = ["OPERATIONS", "RING_OPERATIONS", "SCATTER_GATHER", "Operation", "PointToPoint", "operation"]
 
 SCATTER_GATHER = "scatter-gather"
 
@@ -65,16 +63,6 @@ def _ring_steps(steps: int, nbytes: float, chunks: int, costs: PhysicalCosts, ad
     return (steps - 1) * max(t + costs.latency + p, chunks * t) + chunks * t + costs.latency + p
 
 
-def _fit_steps(fit: OpCalibration, axis: int, steps: int, nbytes: float) -> float:
-    """The authors' ring: alpha + steps (s / beta[axis] + lambda)."""
-    return fit.launch_overhead + steps * (nbytes / fit.bandwidth[axis] + fit.step_latency)
-
-
-def _fit_pipelined(fit: OpCalibration, axis: int, steps: int, nbytes: float) -> float:
-    """The authors' cut-through broadcast and reduce: alpha + s / beta[axis] + steps lambda."""
-    return fit.launch_overhead + nbytes / fit.bandwidth[axis] + steps * fit.step_latency
-
-
 class Operation(ABC):
     """A collective operation (see the module docstring)."""
 
@@ -92,10 +80,6 @@ class Operation(ABC):
         del call, size
         return Tensor(tensor.shape, tensor.dtype)
 
-    def channels(self, call: CollectiveCall, size: int) -> tuple[str, ...]:
-        """Directions of the abstract axis ring the operation holds on the calibrated network."""
-        del call, size
-        return ("+", "-")
 
     def resolve(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> CollectiveCall:
         """The call with every choice the physical network makes filled in (one chunk unless asked)."""
@@ -129,10 +113,6 @@ class Operation(ABC):
     def physical_time(self, call: CollectiveCall, ring: RingShape, costs: PhysicalCosts) -> float | None:
         """Uncontended time of a resolved call on a ring of one-hop steps (``ring.size`` > 1), or None where no
         form is claimed."""
-
-    @abstractmethod
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        """The authors' closed form on a logical axis of ``size`` > 1 chips."""
 
 
 class _RingCollective(Operation):
@@ -183,9 +163,6 @@ class AllGather(_RingCollective):
     def line_time(self, s: float, n: int, chunks: int, costs: PhysicalCosts) -> float:
         return _ring_steps(n - 1, s, chunks, costs, False)
 
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        return _fit_steps(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
-
 
 class ReduceScatter(_RingCollective):
     op = CollectiveOp.REDUCE_SCATTER
@@ -212,9 +189,6 @@ class ReduceScatter(_RingCollective):
         longest = _chain(s, n - 1, chunks, costs, True)
         shortest = (n - 2) * chunks * costs.transfer(s / chunks) + _chain(s, 1, chunks, costs, True)
         return max(longest, shortest)
-
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        return _fit_steps(calibration.reduce_scatter, call.axis, size - 1, self.unit_bytes(call, size))
 
 
 class AllReduce(Operation):
@@ -243,11 +217,6 @@ class AllReduce(Operation):
         scatter, gather = self.halves(call, ring.size)
         return (costs.launch.of(self.op) + RING_OPERATIONS[scatter.op].ring_time(scatter, ring, costs)
                 + RING_OPERATIONS[gather.op].ring_time(gather, ring, costs))
-
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        s = self.unit_bytes(call, size)
-        return (_fit_steps(calibration.reduce_scatter, call.axis, size - 1, s)
-                + _fit_steps(calibration.all_gather, call.axis, size - 1, s))
 
 
 class AllToAll(Operation):
@@ -285,10 +254,6 @@ class AllToAll(Operation):
             ahead = n - 1 if _uni(call, ring) else n // 2
             return launch + sum(a + costs.transfer((ahead - k) * part) for k in range(ahead))
         return launch + (n - 1) * (a + step) + n * (n - 1) / 2 * part / costs.bandwidth
-
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        # an assumption: the authors fitted no all-to-all; a ring of n-1 steps of one part on the AG fit
-        return _fit_steps(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
 
 
 class _Rooted(Operation):
@@ -372,9 +337,6 @@ class Broadcast(_Rooted):
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
         return [inputs[call.root]] * len(inputs)
 
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        return _fit_pipelined(calibration.all_gather, call.axis, size - 1, self.unit_bytes(call, size))
-
 
 class Reduce(_Rooted):
     op = CollectiveOp.REDUCE
@@ -384,11 +346,8 @@ class Reduce(_Rooted):
         total = add(inputs)
         return [total if r == call.root else None for r in range(len(inputs))]
 
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        return _fit_pipelined(calibration.reduce_scatter, call.axis, size - 1, self.unit_bytes(call, size))
 
-
-class _PointToPoint(Operation):
+class PointToPoint(Operation):
     """Shift and send/recv: messages between ranks along the way ``ring_way`` chooses."""
 
     @abstractmethod
@@ -403,19 +362,8 @@ class _PointToPoint(Operation):
         del ring
         return f"direct, {call.chunks} chunk{'s' if call.chunks != 1 else ''} store-and-forward"
 
-    def channels(self, call: CollectiveCall, size: int) -> tuple[str, ...]:
-        src, dst = self.endpoints(call, size)
-        return ("+",) if ring_way(size, src, dst, closed=True)[0] else ("-",)
 
-    def calibrated_time(self, call: CollectiveCall, size: int, calibration: Calibration) -> float:
-        src, dst = self.endpoints(call, size)
-        steps = ring_way(size, src, dst, closed=True)[1]  # the abstract ring has no one-way variant
-        if steps == 0:
-            return 0.0
-        return _fit_steps(calibration.send_recv, calibration.send_recv_axis, steps, self.unit_bytes(call, size))
-
-
-class Shift(_PointToPoint):
+class Shift(PointToPoint):
     op = CollectiveOp.SHIFT
 
     def endpoints(self, call: CollectiveCall, size: int) -> tuple[int, int]:
@@ -446,7 +394,7 @@ class Shift(_PointToPoint):
         return costs.launch.of(self.op) + _chain(self.unit_bytes(call, n), reach, call.chunks, costs, False)
 
 
-class SendRecv(_PointToPoint):
+class SendRecv(PointToPoint):
     op = CollectiveOp.SEND_RECV
 
     def endpoints(self, call: CollectiveCall, size: int) -> tuple[int, int]:

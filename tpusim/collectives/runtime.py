@@ -24,8 +24,9 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import DcnFabric
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.handles import Pending, PendingTimeout
-from tpusim.collectives.network import Network, network_for
+from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.simulation import Simulation
@@ -94,13 +95,13 @@ class CollectiveRuntime:
         self.data_spans: dict[int, list[tuple[float, float]]] = {}  # those of the data axis, a subset
         self.dcn_spans: dict[int, list[tuple[float, float]]] = {}  # those across slices over DCN, a subset of both
         self.dcn: DcnFabric | None = None  # the host links between slices, in a run with DCN axes
+        if sim.links is None:  # the run's links start idle, from the model
+            sim.links = network.idle_links()
         if sim.tracer is not None:
-            network.trace_links(sim.tracer)
+            network.trace_links(sim)
         spec = sim.hardware.chip
-        if share_hbm and spec.dma_hbm_traffic > 0 and sim.hbm is None:
-            shared = SharedHbm(sim.env, spec.achievable_hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
-            if network.share_hbm(shared.ledger):
-                sim.hbm = shared
+        if share_hbm and spec.dma_hbm_traffic > 0 and sim.hbm is None and network.charges_dma:
+            sim.hbm = SharedHbm(sim.env, spec.achievable_hbm_bandwidth, spec.op_overhead, spec.dma_hbm_traffic)
 
     def submit(self, chip: int, call: CollectiveCall, tensor: Tensor) -> simpy.Event:
         """Chip ``chip`` joins its group's next collective on ``call.axis``; returns its handle."""
@@ -183,7 +184,7 @@ class CollectiveRuntime:
             ends = self._ends.setdefault((chip, call.op), [])
             if len(ends) >= limit:
                 start = max(now, ends[-limit])
-        end = self.network.reserve(call, group, start)
+        end = self.network.reserve(self.sim, call, group, start)
         if limit is not None:
             ends.append(end)
             del ends[:-limit]
@@ -265,7 +266,7 @@ class CollectiveRuntime:
         if n == 1:
             finish(0, env.now)
         else:
-            self.network.start(env, call, instance.group, list(instance.chips), finish)
+            self.network.start(sim, call, instance.group, list(instance.chips), finish)
 
 
 def _succeeds(event: simpy.Event) -> Callable[[simpy.Event], None]:

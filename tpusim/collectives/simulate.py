@@ -16,8 +16,8 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
-from tpusim.collectives.network import network_for
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
@@ -144,7 +144,7 @@ def simulate_collective(
     twin = network.twin(call)
     if twin is None:
         notes.append("no closed form is claimed for this case (chunked multi-hop routes or all-to-all)")
-    totals = network.totals(elapsed)
+    totals = network.totals(sim, elapsed)
     if totals is None:
         notes.append("abstract calibrated network: no per-link accounting")
     if link_overrides:

@@ -1,7 +1,10 @@
 """One simulated run: a SimPy environment, the chips, the tracer and the programs the chips run.
 
-A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. The network (links or
-calibrated channels) belongs to the collectives layer; each chip's host link (``host``) to this run. Chip programs
+A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. It owns every piece of state one run
+changes: the chips, the tracer, the HBM the DMA shares, each chip's host link (``host``), and the network's run
+state: the directed links (``links``, idle ones built by the network model when the collective runtime starts),
+the calibrated network's channels, and the group collectives starting at this instant. The network model itself
+(``tpusim.collectives.network``) is frozen and may be shared by any number of runs. Chip programs
 are SimPy processes started with ``start``; ``run`` advances time until every program has finished and raises
 ``DeadlockError`` naming the stuck chips when the event queue empties first. Time advances through
 ``signals.run_events``, which stops the run between two events once SIGINT or SIGTERM arrived.
@@ -9,20 +12,25 @@ are SimPy processes started with ``start``; ``run`` advances time until every pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Hashable, Mapping
 from typing import Any
 
 import simpy
 
 from tpusim.config import HardwareProfile
+from tpusim.engine.channels import ChannelArray
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.host import HostLinks
+from tpusim.engine.links import LinkArray
 from tpusim.engine.signals import run_events
 from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
 from tpusim.topology import MeshMapping
+
+RankDone = Callable[[int, float], None]
+"""Called once per rank of a group collective with the simulated time its data is complete."""
 
 
 class CountingEnvironment(simpy.Environment):
@@ -73,11 +81,17 @@ class Simulation:
         self.topology = mapping.topology
         self.tracer = tracer
         self.chips = ChipTable(mapping.num_chips, dict(chip_slowdown or {}))
-        # set where the network charges its DMA to the chips' HBM (``share_hbm``); None: HBM is free for compute
+        # set where the network charges its DMA to the HBM (``Network.charges_dma``); None: HBM is free for compute
         self.hbm: SharedHbm | None = None
         # each chip's link to host memory, where the profile has one (offloaded activations travel on it)
         host = hardware.host_link
         self.host: HostLinks | None = HostLinks(host.link_bandwidth) if host is not None else None
+        # the network's run state: the directed links of a physical network (the collective runtime sets the
+        # model's idle links), the channels of a calibrated one, and the groups that start a collective at this
+        # instant, by call (they run as one program)
+        self.links: LinkArray | None = None
+        self.channels = ChannelArray()
+        self.starting: dict[Hashable, list[tuple[int, RankDone]]] = {}
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}

@@ -9,8 +9,9 @@ a point uses is checked before the first one runs (``names``). SIGINT and
 SIGTERM stop the run cleanly (``interrupts``): the workers are stopped, finished points kept, exit status 128 +
 the signal. A results file that cannot be written (a full disk, a file size limit) ends the run with one line,
 exit status 2, the files written before intact. A fault-injection variable, ``TPUSIM_FAULT_KILL_AFTER=n``, makes
-the run kill itself with SIGKILL after writing its n-th point: the tests use it to prove nothing is lost
-(``TPUSIM_FAULT_HANG_POINT``, in ``jobs``, makes points hang).
+the run kill itself with SIGKILL after writing its n-th point (with ``TPUSIM_FAULT_KILL_FILE=FILE``, right after
+that one file is written): the tests use it to prove nothing is lost (``TPUSIM_FAULT_HANG_POINT``, in ``jobs``,
+makes points hang). The files, what a resumed run believes and when they are rewritten: ``results``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from tpusim.experiments.executors import (
     worker_count,
 )
 from tpusim.experiments.interrupts import Interrupted, RunInterrupted, interrupts_raised
+from tpusim.experiments.journal import JOURNAL_NAME
 from tpusim.experiments.lock import folder_lock
 from tpusim.experiments.names import check_names
 from tpusim.experiments.points import CACHE_WARNING, INTERNAL_ERROR
 from tpusim.experiments.references import check_references, digests_of, reference_digests
-from tpusim.experiments.results import ResultsFiles, check_output_dir, render_csv
+from tpusim.experiments.results import VIEWS, ResultsFiles, check_output_dir, render_csv
 from tpusim.experiments.rows import NO_ERROR, csv_columns
 from tpusim.experiments.spec import expand, experiment_hash, load_experiment, point_hash
 from tpusim.limits import LIMIT_DIGITS
@@ -152,21 +154,17 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     settings = [p.model_dump(by_alias=True) for p in points]
     columns = csv_columns(settings, varying)
     digests = reference_digests(points)
-    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment, digests),
-                         len(points), columns, force=force)
-    if not resume:
-        files.claim()
-    if resume:
-        files.resume()
     hashes = [point_hash(p, digests_of(p, digests)) for p in points]
-    # a point runs unless it finished with these settings; one stopped before it finished (--timeout, a lost
-    # worker) runs again
-    todo = [(i, settings[i]) for i in range(len(points))
-            if i not in files.points or files.points[i].get("point_hash") != hashes[i]
-            or files.points[i].get("stopped")]
+    fault = _fault_after()
+    files = ResultsFiles(out_dir, experiment.model_dump(by_alias=True), experiment_hash(experiment, digests),
+                         settings, hashes, columns, force=force, renamed=_fault_hook(fault))
+    files.open(resume)
+    notes.extend(files.notes)
+    # a point runs unless a resumed run's journal holds it, with these settings and files, finished (one stopped
+    # before it finished, by --timeout or a lost worker, runs again)
+    todo = [(i, settings[i]) for i in range(len(points)) if i not in files.finished]
     skipped = len(points) - len(todo)
-    files.flush({"started": time.time()})
-    fault_after = _fault_after()
+    files.start({"started": time.time()})
     start = time.monotonic()
     folder = None if cache is None else str(cache)
     stream = (run_dask(todo, scheduler, jobs, folder, connect_timeout) if executor == "dask"
@@ -175,21 +173,19 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     cache_warnings: list[str] = []
     interrupted: Interrupted | None = None
     try:
-        for written, (index, outcome, wall) in enumerate(stream, start=1):
+        for index, outcome, wall in stream:
             if outcome.get("stopped"):
                 stopped.append(outcome["error"])
             if outcome.get(CACHE_WARNING):
                 cache_warnings.append(outcome[CACHE_WARNING])
-            files.add(index, hashes[index], settings[index], outcome, wall)
+            files.add(index, outcome, wall)
             if progress is not None:
                 progress(len(files.points), len(points))
-            if fault_after and written >= fault_after:
-                os.kill(os.getpid(), signal.SIGKILL)
     except Interrupted as interrupt:
         interrupted = interrupt
     finally:
         stream.close()  # stops every worker before the files are written for the last time
-    files.flush({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
+    files.finish({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
     if interrupted is not None:
         raise RunInterrupted(f"interrupted by {signal.Signals(interrupted.signum).name}: {len(files.points)} of "
                              f"{len(points)} points finished in {str(out_dir)!r}", interrupted.signum,
@@ -209,15 +205,41 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     return summary
 
 
-def _fault_after() -> int:
-    """The ``TPUSIM_FAULT_KILL_AFTER`` count (0: never); anything but a whole number >= 0 is one line."""
+FAULT_FILE_ENV = "TPUSIM_FAULT_KILL_FILE"
+FAULT_FILES = (JOURNAL_NAME, *VIEWS)
+"""The files ``TPUSIM_FAULT_KILL_FILE`` may name: the kill then comes right after that file is written for point
+``TPUSIM_FAULT_KILL_AFTER`` (or the first rewrite of it from that point on), rather than once all its writes are
+done."""
+
+
+def _fault_after() -> tuple[int, str]:
+    """The ``TPUSIM_FAULT_KILL_AFTER`` count (0: never) and the ``TPUSIM_FAULT_KILL_FILE`` name (``""``: once the
+    point's writes are done); anything but a whole number >= 0, or a file not in ``FAULT_FILES``, is one line."""
     text = os.environ.get(FAULT_ENV, "").strip()
+    name = os.environ.get(FAULT_FILE_ENV, "").strip()
+    if name and name not in FAULT_FILES:
+        raise UserError(f"{FAULT_FILE_ENV} {echo(name)} is not a file a run writes after each point; valid: "
+                        f"{', '.join(FAULT_FILES)}")
     if not text:
-        return 0
+        return 0, name
     if not (text.isascii() and text.isdigit()) or len(text) > LIMIT_DIGITS:
         raise UserError(f"{FAULT_ENV} {echo(text)} must be a whole number >= 0 (the points after which the run "
                         "kills itself; 0 or unset: never)")
-    return int(text)
+    return int(text), name
+
+
+def _fault_hook(fault: tuple[int, str]) -> Callable[[int, str], None] | None:
+    """What the results files call after each write: SIGKILL once point ``fault[0]``'s file ``fault[1]`` is
+    written (the tests' way to kill a run at an exact moment)."""
+    after, name = fault
+    if not after:
+        return None
+
+    def hook(written: int, written_name: str) -> None:
+        if written >= after and written_name == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 def _varying_keys(experiment: Experiment) -> list[str]:

@@ -12,7 +12,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from tpusim.collectives.network import place_mesh
+from tpusim.collectives.factory import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import (
@@ -302,7 +302,7 @@ def _tune_every_zero_stage(request: TuneRequest, context: Context | None, progre
     """Tune at each ZeRO stage in turn and keep the fastest best choice (ties: the lower stage); its notes list
     every stage's best step (or why it had none). A layout of one replica is the same at every stage, so where no
     layout has more than one (``dp`` 1, or a profile without data axes) it is tuned once."""
-    from tpusim.collectives.network import takes_data_axis
+    from tpusim.collectives.factory import takes_data_axis
 
     if request.dp == 1 or not takes_data_axis(request_hardware(request, context)):
         result = run_tune(request.model_copy(update={"zero_stage": 1}), context, progress, tracer, jobs=jobs)

@@ -92,6 +92,14 @@ class GemmAlgorithm(ABC):
         del ctx
         return []
 
+    def prefetch_part(self, ctx: GemmContext, operand: str, block: Tensor) -> Tensor:
+        """The part of the chip's ``operand`` block that the prefetchable gather moves: the whole block, or for
+        an algorithm that gathers it in pieces its first piece (MeshSlice's slice 0). One policy serves every
+        algorithm: whatever this returns may start as early as the prefetch policy allows
+        (docs/algorithms.md#prefetch-policy)."""
+        del ctx, operand
+        return block
+
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int] | None:
         """The slice counts this algorithm can run ``problem`` with on ``mesh``, ascending; None where it does
         not slice. The one home of the slice rule: feasibility checks, their error messages, the tuner's

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpusim.collectives.call import CollectiveCall
-from tpusim.collectives.network import network_for
+from tpusim.collectives.factory import network_for
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile
 from tpusim.hardware import ChipModel
 from tpusim.topology import MeshMapping
@@ -24,12 +25,14 @@ class NoClosedForm(Exception):
 
 
 class CostModel:
-    """Uncontended times on one hardware profile and one mesh mapping."""
+    """Uncontended times on one hardware profile and one mesh mapping (on ``network``, the request's model of
+    them, where the caller has one)."""
 
-    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, dtype: str = "bf16") -> None:
+    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, dtype: str = "bf16", *,
+                 network: Network | None = None) -> None:
         self.hardware = hardware
         self.mapping = mapping
-        self.network = network_for(hardware, mapping)
+        self.network = network if network is not None else network_for(hardware, mapping)
         self.chip = ChipModel(hardware.chip)
         self.itemsize = dtype_bytes(dtype)
 

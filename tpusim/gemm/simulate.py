@@ -15,8 +15,9 @@ import numpy as np
 
 from tpusim.collectives.accounting import account
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
-from tpusim.collectives.network import Network, network_for
+from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.cache import cache_key
@@ -85,12 +86,13 @@ def check_gemm(algorithm: GemmAlgorithm, problem: GemmProblem, mesh: tuple[int, 
 
 def analytic_gemm(
     algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams, hardware: HardwareProfile,
-    mapping: MeshMapping,
+    mapping: MeshMapping, *, network: Network | None = None,
 ) -> float | None:
-    """The algorithm's twin, or None where the collectives have no closed form."""
+    """The algorithm's twin, or None where the collectives have no closed form (on ``network``, the model of
+    ``hardware`` and ``mapping``, where the caller has built it)."""
     try:
         ctx = GemmContext(problem, params, mapping.shape)
-        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype))
+        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype, network=network))
     except NoClosedForm:
         return None
 
@@ -108,11 +110,17 @@ def simulate_gemm(
     fidelity: Fidelity = Fidelity.FULL,
     context: Context | None = None,
     link_busy: LinkBusy | None = None,
+    network: Network | None = None,
 ) -> GemmResult:
     """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring. ``link_busy``, when given,
-    receives every directed link's busy seconds (the run is then never served from the cache)."""
+    receives every directed link's busy seconds (the run is then never served from the cache). ``network``: the
+    request's model of ``hardware`` and ``mapping`` without overrides, on ``context``, where the caller built it
+    (the cache key assumes none)."""
     context = context if context is not None else Context()
-    network = network_for(hardware, mapping, context=context)
+    if network is None:
+        network = network_for(hardware, mapping, context=context)
+    elif network.link_overrides or network.context is not context:
+        raise ValueError("simulate_gemm takes a network without link overrides, on its own context")
     cacheable = tracer is None and link_busy is None and not verify and fidelity is not Fidelity.ANALYTIC
     if not cacheable:
         return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, link_busy)
@@ -141,7 +149,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         if link_busy is not None:
             raise InfeasibleError("fidelity analytic simulates no links, so it has no link busy times; "
                                   "use auto, symmetric or full")
-        return _analytic_result(algorithm, problem, params, hardware, mapping)
+        return _analytic_result(algorithm, problem, params, network)
     symmetric = fidelity is Fidelity.SYMMETRIC
     ctx = GemmContext(problem, params, mesh)
     sharding = algorithm.sharding(problem, mesh)
@@ -172,7 +180,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         dense = problem.dense(x_global, w_global)
         got = assemble({(i[0], i[1]): t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
+    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
     if symmetric and run.transfers:
@@ -195,9 +203,10 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
 
 
 def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams,
-                     hardware: HardwareProfile, mapping: MeshMapping) -> GemmResult:
+                     network: Network) -> GemmResult:
     """The twin alone, shaped as a result (no simulation: breakdown fields hold what the form gives)."""
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
+    hardware, mapping = network.hardware, network.mapping
+    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network)
     if twin is None:
         raise InfeasibleError("fidelity analytic: no closed form covers this mapping; use auto or full")
     mesh = mapping.shape

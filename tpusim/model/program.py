@@ -210,7 +210,7 @@ def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | N
     keys = job.algorithm.prefetchable_gathers(job.ctx)
     if not keys:
         return True
-    operands = {key: job.w if key[0] == "w" else job.x for key in keys}
+    operands = {key: job.algorithm.prefetch_part(job.ctx, key[0], job.w if key[0] == "w" else job.x) for key in keys}
     size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
     if budget is not None and sum(held.values()) + size > budget:
         return False

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
-from tpusim.collectives.network import Network, network_for
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile
 from tpusim.config.layout import layout_name
 from tpusim.engine.accounting import breakdown
@@ -125,19 +126,17 @@ def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     if cached is not None:
         return StepResult(**cached)
 
-    def fresh() -> Network:  # every simulated run starts from idle links
-        return network_for(hardware, mapping, context=context, link_overrides=link_overrides)
-
-    result = _simulate_step(spec, fresh, chip_slowdown, link_overrides, link_busy, tracer)
+    # built once: every simulated run starts from idle links of its own Simulation
+    network = network_for(hardware, mapping, context=context, link_overrides=link_overrides)
+    result = _simulate_step(spec, network, chip_slowdown, link_overrides, link_busy, tracer)
     if tracer is None:  # a traced result carries the trace's notes
         context.timings.put(key, result.to_dict())
     return result
 
 
-def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: dict[int, float] | None,
+def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, float] | None,
                    link_overrides: dict[int, LinkOverride] | None, link_busy: LinkBusy | None = None,
                    tracer: Tracer | None = None) -> StepResult:
-    network = fresh()
     hardware, mapping = network.hardware, network.mapping
     mesh, data = mapping.shape, mapping.data
     slices = spec.dcn_slices
@@ -181,7 +180,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             and host is None):
         # one representative chip: ops start and end with the chip idle and no collective in flight, so
         # the step is the sum of its ops' times and each distinct op is simulated once
-        step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, fresh, plan, reps, link_busy)
+        step_time, compute, exposed, idle, stall, per_op = _sum_of_ops(spec, network, plan, reps, link_busy)
         exposed_data = exposed_dcn = 0.0
         notes.append(f"each distinct op simulated once and summed over {total_layers} layers")
     else:
@@ -192,7 +191,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
             notes.append("every layer simulated: weight gathers across slices (dcn_fsdp) settle over many layers")
         sizes = [spec.window, spec.window + 1] if windowed and total_layers > spec.window + 1 else [
             total_layers]
-        windows = [run_ops(fresh(), step_sequence(plan, n), plan.gemms, representatives=reps,
+        windows = [run_ops(network, step_sequence(plan, n), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
                            chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None, host=host,
                            dcn_slices=slices)
@@ -225,7 +224,7 @@ def _simulate_step(spec: StepSpec, fresh: Callable[[], Network], chip_slowdown: 
     if link_busy is not None:
         link_busy.topology = mapping.topology
     if tracer is not None:  # one more run, of the largest window, recording the traced chips
-        notes += trace_step(spec, fresh, plan, fidelity, reps, sizes, windows[-1].account.elapsed if sizes else None,
+        notes += trace_step(spec, network, plan, fidelity, reps, sizes, windows[-1].account.elapsed if sizes else None,
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
@@ -369,7 +368,7 @@ def _accumulated(m: int, one: _Value, bare: _Value) -> _Value:
     return total
 
 
-def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, reps: list[tuple[int, ...]],
+def _sum_of_ops(spec: StepSpec, network: Network, plan: StepPlan, reps: list[tuple[int, ...]],
                 link_busy: LinkBusy | None = None) -> tuple[float, float, float, float, float, list[OpTiming]]:
     """(time, compute, exposed, idle, HBM stall, per-op rows) of the step as the sum of its ops, each simulated once;
     ``link_busy`` gets the sum of the ops' link busy times the same way."""
@@ -381,11 +380,10 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
         if op.name not in seen:
             if isinstance(op, GemmOp):  # through the GeMM cache the tuner's pricing shares
                 job = plan.gemms[op.name]
-                network = fresh()
                 links = LinkBusy() if link_busy is not None else None
                 g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
                                   network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC,
-                                  link_busy=links)
+                                  link_busy=links, network=None if network.link_overrides else network)
                 # symmetric fidelity simulates, so the breakdown is there (only analytic leaves it None)
                 assert g.compute_s is not None and g.exposed_comm_s is not None and g.idle_s is not None
                 assert g.hbm_stall_s is not None
@@ -394,7 +392,7 @@ def _sum_of_ops(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, re
                 if links is not None and links.seconds is not None:
                     busy[op.name] = links.seconds
             else:
-                ran = run_ops(fresh(), [(op, 0)], plan.gemms, representatives=reps,
+                ran = run_ops(network, [(op, 0)], plan.gemms, representatives=reps,
                               keep_link_busy=link_busy is not None)
                 run = ran.account
                 seen[op.name] = OpTiming(op.name, run.elapsed, run.parts.compute, run.parts.exposed,

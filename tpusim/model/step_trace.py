@@ -12,7 +12,7 @@ large the mesh. Its metadata (``otherData``) and a note name the layers simulate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tpusim.collectives.network import Network
 from tpusim.engine.trace import Tracer, row_and_column
@@ -26,12 +26,11 @@ __all__ = ["chip_ranges", "trace_step"]
 _SAME = 1e-9  # relative: the traced run and the step's window agree to rounding
 
 
-def trace_step(spec: StepSpec, fresh: Callable[[], Network], plan: StepPlan, fidelity: Fidelity,
+def trace_step(spec: StepSpec, network: Network, plan: StepPlan, fidelity: Fidelity,
                representatives: Sequence[tuple[int, ...]] | None, sizes: list[int], window_time: float | None,
                step_time: float, chip_slowdown: dict[int, float] | None, tracer: Tracer) -> list[str]:
     """Run the step's largest simulated window (``sizes``; none: the step summed its ops) into ``tracer``; the
     notes for the result. ``window_time`` is that window's elapsed time in the step's own run, when it has one."""
-    network = fresh()
     mapping = network.mapping
     total = spec.model.layers
     layers = sizes[-1] if sizes else min(total, spec.window + 1)

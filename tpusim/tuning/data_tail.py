@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import dcn_twin
-from tpusim.collectives.network import network_for
+from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.model.data_parallel import DATA_AXIS, SYNCED_DTYPE, DataSyncOp, data_parallel_plan
 from tpusim.tuning.space import MeshCandidate

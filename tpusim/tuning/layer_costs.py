@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpusim.collectives.network import network_for
+from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.gemm.algorithm import GemmAlgorithm

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpusim.collectives.network import network_for, place_mesh, takes_data_axis
+from tpusim.collectives.factory import network_for, place_mesh, takes_data_axis
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, UserError

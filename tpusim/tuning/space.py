@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tpusim.collectives.network import place_mesh
+from tpusim.collectives.factory import place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm

@@ -32,7 +32,7 @@ from typing import Any
 
 from tpusim.experiments.measurements.compare import compare_row
 from tpusim.experiments.measurements.table import SHIPPED_TABLE, MeasuredRun, TpuGeneration, read_measurements
-from tpusim.experiments.validation import EXPLAINED_DIFFERENCES, MEASURED_OPS, measured_checks
+from tpusim.experiments.validation import EXPLAINED_DIFFERENCES, MEASURED_OPS, Check, measured_checks
 from tpusim.hardware import load_hardware
 from tpusim.hardware.profiles import with_rates
 
@@ -118,12 +118,16 @@ def _link_fit() -> ConstantFit:
     profile = load_hardware(LINK_PROFILE)
     pairs = frozenset((op, axis) for op in MEASURED_OPS for axis in (0, 1)) - EXPLAINED_DIFFERENCES
 
-    def simulate(e: float) -> list[float]:
-        return [check.simulated for check in measured_checks(hardware=with_rates(profile, link=e), pairs=pairs)]
+    runs: dict[float, list[Check]] = {}
 
-    references = [check.reference for check in measured_checks(pairs=pairs)]
-    value = round(fit_scalar(simulate, references), DIGITS)
-    final = measured_checks(hardware=with_rates(profile, link=value), pairs=pairs)
+    def checks_at(e: float) -> list[Check]:  # each efficiency simulated once: the fit starts at 1, the reference run
+        if e not in runs:
+            runs[e] = measured_checks(hardware=with_rates(profile, link=e), pairs=pairs)
+        return runs[e]
+
+    references = [check.reference for check in checks_at(1.0)]
+    value = round(fit_scalar(lambda e: [check.simulated for check in checks_at(e)], references), DIGITS)
+    final = checks_at(value)
     return ConstantFit("ici.link_efficiency", LINK_PROFILE, value,
                        f"{len(final)} v4-32 collectives of meshslice-tpu-fit (docs/validation.md#the-v4-32-comparison)",
                        tuple((check.quantity, check.delta) for check in final))

@@ -93,8 +93,11 @@ class MeshSlice(GemmAlgorithm):
         held = {"x": x, "w": w}
 
         def gather(k: int) -> list[simpy.Event]:
-            return [dev.all_gather(held[mv.operand].strided_slice(mv.dim, k, slices, block), ctx.axis(mv.axis),
-                                   mv.dim) for mv in roles.gathers]
+            # slice 0 of the data-independent operand may have started early (``prefetch_part``)
+            return [dev.gather_prefetchable(mv.operand, piece, ctx.axis(mv.axis), mv.dim)
+                    if k == 0 and mv.operand == roles.prefetchable else dev.all_gather(piece, ctx.axis(mv.axis), mv.dim)
+                    for mv in roles.gathers
+                    for piece in (held[mv.operand].strided_slice(mv.dim, k, slices, block),)]
 
         acc: Tensor | None = None
         reductions = []
@@ -123,6 +126,15 @@ class MeshSlice(GemmAlgorithm):
         for k, part in enumerate(parts):
             out = assign_strided(out, part, roles.reduce.dim, k, slices, block)
         return out
+
+    def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
+        """The first slice's gather of the data-independent operand (the weight; RS: the saved activation)."""
+        roles = ctx.roles
+        return [(mv.operand, ctx.axis(mv.axis), mv.dim) for mv in roles.gathers if mv.operand == roles.prefetchable]
+
+    def prefetch_part(self, ctx: GemmContext, operand: str, block: Tensor) -> Tensor:
+        mv = next(mv for mv in ctx.roles.gathers if mv.operand == operand)
+        return block.strided_slice(mv.dim, 0, slice_count(ctx.params), ctx.params.block)
 
     def terms(self, ctx: GemmContext, costs: CostModel) -> tuple[list[float], float, float]:
         """Per-slice times: the gathers (one per gathered operand), the reduce-scatter (0 for OS), the GeMM."""

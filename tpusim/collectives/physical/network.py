@@ -8,6 +8,9 @@ context. The twin is the operation's physical closed form where every ring step 
 embeddings (split axes, odd snakes) share links between groups and have none. All-gathers, reduce-scatters
 and all-reduces over an axis of several whole physical axes take the dimensional schedule (module
 :mod:`tpusim.collectives.dimensional`) unless the profile asks for the snake ring.
+
+The model holds each link's bandwidth and latency (overrides applied), the closed forms' costs and the
+dimensional schedules; the links' state of one run is the ``Simulation``'s (``idle_links`` builds it).
 """
 
 from __future__ import annotations
@@ -22,14 +25,13 @@ from tpusim.collectives.batch import Program, merge_phases
 from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
 from tpusim.collectives.dimensional import DIMENSIONAL_OPS, Dimensional
 from tpusim.collectives.executor import HbmCharges, execute_program
-from tpusim.collectives.network import LinkTotals, Network, RankDone
+from tpusim.collectives.network import Network, RankDone
 from tpusim.collectives.operations import operation
 from tpusim.collectives.plans import Plan
 from tpusim.config import HardwareProfile, PhysicalProfile
 from tpusim.engine.context import Context
-from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray, LinkOverride
-from tpusim.engine.trace import Tracer
+from tpusim.engine.simulation import Simulation
 from tpusim.hardware.chip import ChipModel
 from tpusim.topology import MeshMapping, default_slice, map_mesh, parse_topology
 from tpusim.topology.pod import map_pod
@@ -51,12 +53,32 @@ class PhysicalNetwork(Network):
     rank_independent = False
     fixed_durations = False
     data_axis = True
+    charges_dma = True
 
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
                  link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
         super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
-        self._starting: dict[CollectiveCall, list[tuple[int, RankDone]]] = {}  # groups starting this instant
-        self._hbm: HbmCharges | None = None
+        assert isinstance(hardware, PhysicalProfile)
+        self.profile: PhysicalProfile = hardware
+        topology = mapping.topology
+        assert topology is not None
+        self.topology = topology
+        ici = hardware.ici
+        count = topology.num_links
+        self.link_bandwidth = np.full(count, ici.achievable_bandwidth)  # one direction of each link, B/s
+        self.link_latency = np.full(count, ici.hop_latency)
+        for link, override in self.link_overrides.items():
+            self.link_bandwidth[link] *= override.bandwidth_factor
+            self.link_latency[link] *= override.latency_factor
+        # what the closed forms charge on this network (every collective call resolves against it)
+        self.costs = PhysicalCosts(
+            bandwidth=ici.achievable_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
+            launch=ici.launch_overhead, reduce_per_byte=self._reduction_per_byte(), max_chunks=ici.max_chunks,
+        )
+        # the dimensional schedule of each logical axis, where the profile asks for them
+        self.schedules: dict[int, Dimensional | None] = (
+            {axis.axis: Dimensional.of(axis, topology) for axis in mapping.axes}
+            if hardware.multi_axis is MultiAxis.DIMENSIONAL else {})
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
@@ -69,45 +91,9 @@ class PhysicalNetwork(Network):
             return map_mesh(physical, rows, cols, axis_map)
         return map_pod(physical, data, rows, cols, axis_map=axis_map, data_axes=data_axes).mesh
 
-    @property
-    def profile(self) -> PhysicalProfile:
-        assert isinstance(self.hardware, PhysicalProfile)
-        return self.hardware
-
-    @property
-    def links(self) -> LinkArray:
-        """The state of every directed link, built on first use."""
-        found: LinkArray | None = getattr(self, "_links", None)
-        if found is None:
-            topology = self.mapping.topology
-            assert topology is not None
-            count = topology.num_links
-            bandwidth = np.full(count, self.profile.ici.achievable_bandwidth)
-            latency = np.full(count, self.profile.ici.hop_latency)
-            for link, override in self.link_overrides.items():
-                bandwidth[link] *= override.bandwidth_factor
-                latency[link] *= override.latency_factor
-            found = self._links = LinkArray(bandwidth, latency, self.profile.ici.step_overhead)
-        return found
-
-    @property
-    def costs(self) -> PhysicalCosts:
-        """What the closed forms charge on this network, built on first use (every collective call resolves
-        against it)."""
-        found: PhysicalCosts | None = getattr(self, "_costs", None)
-        if found is None:
-            ici = self.profile.ici
-            found = self._costs = PhysicalCosts(
-                bandwidth=ici.achievable_bandwidth, latency=ici.hop_latency, step=ici.step_overhead,
-                launch=ici.launch_overhead, reduce_per_byte=self._reduction_per_byte(), max_chunks=ici.max_chunks,
-            )
-        return found
-
-    def share_hbm(self, ledger: HbmLedger) -> bool:
-        topology = self.mapping.topology
-        assert topology is not None
-        self._hbm = HbmCharges(ledger, topology.link_src, topology.link_dst, self.profile.ici.reduction_passes)
-        return True
+    def idle_links(self) -> LinkArray:
+        """Every directed link idle, for one run."""
+        return LinkArray(self.link_bandwidth.copy(), self.link_latency.copy(), self.profile.ici.step_overhead)
 
     def _reduction_per_byte(self) -> float:
         """Seconds a reduce-scatter or reduce step spends adding each received byte into the local buffer: the HBM
@@ -137,14 +123,7 @@ class PhysicalNetwork(Network):
         (docs/network.md#collectives-over-several-physical-axes)."""
         if self.profile.multi_axis is not MultiAxis.DIMENSIONAL or call.op not in DIMENSIONAL_OPS:
             return None
-        schedules: dict[int, Dimensional | None] | None = getattr(self, "_dimensional", None)
-        if schedules is None:
-            topology = self.mapping.topology
-            assert topology is not None
-            schedules = self._dimensional = {
-                axis.axis: Dimensional.of(axis, topology) for axis in self.mapping.axes
-            }
-        return schedules[call.axis]
+        return self.schedules[call.axis]
 
     def ring(self, axis: int) -> RingShape:
         """The shape the closed forms see of one group of ``axis``."""
@@ -165,8 +144,7 @@ class PhysicalNetwork(Network):
     def asymmetry(self, *, overrides: bool) -> str | None:
         if overrides:
             return "per-chip or per-link overrides break the symmetry between chips"
-        topology = self.mapping.topology
-        assert topology is not None
+        topology = self.topology
         for axis in self.mapping.axes:
             if axis.size == 1:
                 continue
@@ -179,24 +157,25 @@ class PhysicalNetwork(Network):
                 return f"logical axis {axis.axis} is embedded with multi-hop steps; groups may share links"
         return None
 
-    def start(self, env: simpy.Environment, call: CollectiveCall, group: int, ranks: Sequence[int],
+    def start(self, sim: Simulation, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
         del ranks  # the program reports every rank of the group
-        batch = self._starting.get(call)
+        batch = sim.starting.get(call)
         if batch is None:
             # groups that start the same call at this instant run as one program (module ``batch``)
-            batch = self._starting[call] = []
-            env.timeout(0).callbacks.append(lambda _: self._launch(env, call))
+            batch = sim.starting[call] = []
+            sim.env.timeout(0).callbacks.append(lambda _: self._launch(sim, call))
         batch.append((group, done))
 
-    def _launch(self, env: simpy.Environment, call: CollectiveCall) -> None:
-        batch = self._starting.pop(call)
+    def _launch(self, sim: Simulation, call: CollectiveCall) -> None:
+        batch = sim.starting.pop(call)
         dones = [done for _, done in batch]
         program = self.program(call, tuple(group for group, _ in batch))
-        env.process(self._run(env, call, program, dones))
+        sim.env.process(self._run(sim, call, program, dones))
 
-    def _run(self, env: simpy.Environment, call: CollectiveCall, program: Program, dones: list[RankDone]
+    def _run(self, sim: Simulation, call: CollectiveCall, program: Program, dones: list[RankDone]
              ) -> Generator[simpy.Event, Any, None]:
+        env = sim.env
         overhead = self.profile.ici.launch_overhead.of(call.op)
         if overhead > 0 and not program.empty:  # nothing to move (a shift by 0): no launch
             yield env.timeout(overhead)
@@ -205,8 +184,14 @@ class PhysicalNetwork(Network):
         def done(rank: int, when: float) -> None:
             dones[rank // size](rank % size, when)
 
-        body = execute_program(env, self.links, program, done, self.costs.reduce_per_byte, self._hbm)
-        tracer: Tracer | None = getattr(self, "_tracer", None)
+        links = sim.links
+        assert links is not None  # the collective runtime set the idle links
+        # the DMA shares HBM wherever the runtime set the simulation's HBM ledger up (charges_dma)
+        hbm = (None if sim.hbm is None else
+               HbmCharges(sim.hbm.ledger, self.topology.link_src, self.topology.link_dst,
+                          self.profile.ici.reduction_passes))
+        body = execute_program(env, links, program, done, self.costs.reduce_per_byte, hbm)
+        tracer = sim.tracer
         yield env.process(body if tracer is None else tracer.link_program(body, call.axis, str(call.op)))
 
     def program(self, call: CollectiveCall, groups: tuple[int, ...]) -> Program:
@@ -240,38 +225,25 @@ class PhysicalNetwork(Network):
         memo[key] = (embedding, plans)
         return plans
 
-    def trace_links(self, tracer: Tracer) -> None:
+    def trace_links(self, sim: Simulation) -> None:
         """Record every link transfer on its source chip's port track (``ICI +x`` ...), named by its collective."""
-        topology = self.mapping.topology
-        assert topology is not None
+        topology = self.topology
+        tracer, links = sim.tracer, sim.links
+        assert tracer is not None and links is not None
         names = [
             f"ICI {'+' if topology.link_sign[link] > 0 else '-'}{topology.axis_names[topology.link_axis[link]]}"
             for link in range(topology.num_links)
         ]
-        tracer.watch_links(self.links, names, topology.link_src, topology.link_dst)
-        self._tracer = tracer
-
-    def totals(self, elapsed: float) -> LinkTotals:
-        links = self.links
-        return LinkTotals(
-            bytes_sent=float(links.bytes.sum()),
-            max_link_bytes=float(links.bytes.max(initial=0.0)),
-            max_link_utilisation=float(links.utilisation(elapsed).max(initial=0.0)),
-            transfers=links.transfers,
-        )
-
-    def link_busy(self) -> np.ndarray:
-        return self.links.busy.copy()
+        tracer.watch_links(links, names, topology.link_src, topology.link_dst)
 
     def busy_of(self, call: CollectiveCall, group: int) -> np.ndarray:
         # the executor sends every message whole over each hop of its route, holding the link as
-        # LinkArray.transmit does
-        links = self.links
-        busy = np.zeros(links.count)
+        # LinkArray.hold does
+        busy = np.zeros(len(self.link_bandwidth))
+        overhead = self.profile.ici.step_overhead
         for plan in self.plans(call, group):
             on_route = np.arange(plan.route.shape[1]) < plan.hops[:, None]
             route = plan.route[on_route]
             nbytes = np.broadcast_to(plan.nbytes[:, None], plan.route.shape)[on_route]
-            np.add.at(busy, route, links.hold(route, nbytes))
+            np.add.at(busy, route, nbytes / self.link_bandwidth[route] + overhead)
         return busy
-

@@ -4,20 +4,21 @@ Every logical axis of every group is one abstract ring without physical links (d
 A collective holds its ring's channels for the operation's calibrated closed form; a one-way send holds only
 its direction, so two opposite shifts run together while an all-gather excludes both. Reservations are made at
 the simulated instant the collective is issued (first come, first served), so the twin is exact wherever
-collectives do not queue, and every member of a group finishes together.
+collectives do not queue, and every member of a group finishes together. The channels of one run are the
+``Simulation``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-import simpy
-
+from tpusim.collectives.calibrated.closed_forms import calibrated_time, channels
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.network import Network, RankDone
-from tpusim.collectives.operations import operation
 from tpusim.config import CalibratedProfile, HardwareProfile
-from tpusim.engine.channels import ChannelArray
+from tpusim.engine.context import Context
+from tpusim.engine.links import LinkOverride
+from tpusim.engine.simulation import Simulation
 from tpusim.errors import TopologyError
 from tpusim.topology import MeshMapping, abstract_mesh
 
@@ -32,6 +33,15 @@ class CalibratedNetwork(Network):
     rank_independent = True
     fixed_durations = True
     data_axis = False
+    charges_dma = False
+
+    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
+                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
+        super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
+        assert isinstance(hardware, CalibratedProfile)
+        self.profile: CalibratedProfile = hardware
+        # each call's duration on a group and the channels it holds, as computed (they depend on the model only)
+        self._durations: dict[tuple[CollectiveCall, int], tuple[float, Keys]] = {}
 
     @classmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,
@@ -51,41 +61,27 @@ class CalibratedNetwork(Network):
             )
         return abstract_mesh(rows, cols)
 
-    @property
-    def profile(self) -> CalibratedProfile:
-        assert isinstance(self.hardware, CalibratedProfile)
-        return self.hardware
-
     def twin(self, call: CollectiveCall) -> float:
         size = self.mapping.size(call.axis)
         if size == 1:
             return 0.0
-        return operation(call.op).calibrated_time(call, size, self.profile.calibration)
+        return calibrated_time(call, size, self.profile.calibration)
 
     def asymmetry(self, *, overrides: bool) -> str | None:
         # every member of a group finishes a collective together, by construction
         return "per-chip or per-link overrides break the symmetry between chips" if overrides else None
 
-    @property
-    def channels(self) -> ChannelArray:
-        found: ChannelArray | None = getattr(self, "_channels", None)
-        if found is None:
-            found = self._channels = ChannelArray()
-            self._durations: dict[tuple[CollectiveCall, int], tuple[float, Keys]] = {}
-        return found
-
-    def reserve(self, call: CollectiveCall, group: int, now: float) -> float:
-        channels = self.channels
+    def reserve(self, sim: Simulation, call: CollectiveCall, group: int, now: float) -> float:
         known = self._durations.get((call, group))
         if known is None:
             size = self.mapping.size(call.axis)
-            keys = [(call.axis, group, d) for d in operation(call.op).channels(call, size)]
+            keys = [(call.axis, group, d) for d in channels(call, size)]
             known = self._durations[(call, group)] = (self.twin(call), keys)
         duration, keys = known
-        return channels.reserve(keys, now, duration)[1]
+        return sim.channels.reserve(keys, now, duration)[1]
 
-    def start(self, env: simpy.Environment, call: CollectiveCall, group: int, ranks: Sequence[int],
+    def start(self, sim: Simulation, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
-        end = self.reserve(call, group, env.now)
+        end = self.reserve(sim, call, group, sim.env.now)
         for rank in ranks:
             done(rank, end)
