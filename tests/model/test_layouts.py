@@ -151,20 +151,32 @@ WIRE = {"model": TINY, "hardware": "tpuv4-wire", "topology": "torus:4x4", "algor
         "ignore_memory": True}
 
 
+LN1_BACKWARD = ("ln1.norm.bwd", "ln1.psum.bwd")  # what a block's backward runs after QKV's backward-weight GeMM
+
+
+def _seconds(result: tp.StepResult, ops: tuple[str, ...]) -> float:
+    """Seconds ``ops`` take in one block of ``result``."""
+    return sum(entry["time_s"] for entry in result.per_layer if entry["op"] in ops)
+
+
 @pytest.mark.parametrize("slices", [2, 3, 4])
 def test_the_dcn_all_reduce_of_the_last_bucket_is_what_slices_add(slices: int) -> None:
     # every chip alike (MeshSlice), no overlap limits (tpuv4-wire), a backward block far longer than a bucket's
-    # all-reduce: the earlier buckets hide, the last one's DCN all-reduce is the whole difference
+    # all-reduce: the earlier buckets hide, the last one's DCN all-reduce is the whole difference but for what the
+    # ops after QKV's backward-weight GeMM (ln1's backward) hide of it
     many = tp.step(layout=f"dcn_data={slices},tensor=4x4", batch=256 * slices, **WIRE)
     one = tp.step(mesh="4x4", batch=256, **WIRE)
     dcn = load_hardware("tpuv4-wire").dcn
     assert dcn is not None
-    bucket = -(-TINY.params_per_layer // 16) * 2  # bf16 gradient shard of one block on one of 16 chips
+    # one block's bf16 gradient shard on one of 16 chips: its four matrices are one bucket (within the combine
+    # threshold), which leaves with QKV's gradients, before ln1's backward
+    bucket = -(-TINY.params_per_layer // 16) * 2
     twin = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, bucket, slices)
-    assert twin < one.compute_s / TINY.layers / 2
-    assert many.step_time_s - one.step_time_s == pytest.approx(twin, rel=1e-9)
-    assert many.exposed_dcn_comm_s == pytest.approx(twin, rel=1e-9)
-    assert many.exposed_data_comm_s == pytest.approx(twin, rel=1e-9)
+    assert _seconds(one, LN1_BACKWARD) < twin < one.compute_s / TINY.layers / 2
+    added = twin - _seconds(one, LN1_BACKWARD)
+    assert many.step_time_s - one.step_time_s == pytest.approx(added, rel=1e-9)
+    assert many.exposed_dcn_comm_s == pytest.approx(added, rel=1e-9)
+    assert many.exposed_data_comm_s == pytest.approx(added, rel=1e-9)
     assert (many.named_layout, many.chips, many.dcn_slices, many.dcn_axis, many.mesh, many.batch) == (
         f"dcn_data={slices},tensor=4x4", 16 * slices, slices, "dcn_data", "4x4", 256 * slices)
     assert many.memory_bytes_per_chip == one.memory_bytes_per_chip  # replicated state, the same share of batch
@@ -178,9 +190,11 @@ def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
     one = tp.step(layout="fsdp=4,tensor=4x4", **fields)
     dcn = load_hardware("tpuv4-wire").dcn
     assert dcn is not None
-    block = -(-TINY.params_per_layer // 16)  # one block's parameters on one chip of the 4x4 mesh
+    block = -(-TINY.params_per_layer // 16)  # one block's parameters on one chip of the 4x4 mesh (one bucket)
     shard = -(-block // 4) * 2  # rounded up to 4 equal parts, one part in bf16
     twin = dcn_twin(dcn, CollectiveOp.ALL_REDUCE, shard, 2)
+    # ln1's backward hides part of the ICI reduce-scatter, which takes longer, so all of the DCN all-reduce after
+    # it shows
     assert many.step_time_s - one.step_time_s == pytest.approx(twin, rel=1e-9)
     assert (many.named_layout, many.chips, many.zero_stage) == ("dcn_data=2,fsdp=4,tensor=4x4", 128, 3)
 
@@ -193,21 +207,27 @@ def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
 def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str, topology: str) -> None:
     """A representative chip stands for its host-mates on the host links (no more than its slice has): with the
     DCN slowed until it is a large part of the step, the step, its exposed DCN time and its compute equal those of
-    the run of every chip."""
+    the run of every chip (the DCN's part of it at most that of the representative)."""
     fields = {**COMMON, "algorithm": algorithm, "batch": 256, "scale": {"dcn": 0.01}, "topology": topology}
     full = tp.step(layout=layout, fidelity="full", **fields)
     symmetric = tp.step(layout=layout, fidelity="symmetric", **fields)
     assert symmetric.fidelity == "symmetric"
-    assert full.exposed_dcn_comm_s > 0.25 * full.step_time_s
-    for name in ("step_time_s", "exposed_dcn_comm_s", "compute_s", "exposed_comm_s"):
+    assert full.exposed_dcn_comm_s > 0.2 * full.step_time_s
+    for name in ("step_time_s", "compute_s", "exposed_comm_s"):
         assert getattr(symmetric, name) == pytest.approx(getattr(full, name), rel=1e-9), name
+    # which part of the exposed time is the DCN's: a full run counts the critical chip's own DCN collectives,
+    # which end before its host-mates' (first come, first served on the host's link); the representative's end
+    # with its last mate's (docs/network.md#dcn)
+    assert full.exposed_dcn_comm_s <= symmetric.exposed_dcn_comm_s * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("slices", [2, 3, 4])
 def test_weights_sharded_across_slices_add_two_gathers_and_a_reduce_scatter(slices: int) -> None:
-    # dcn_fsdp: every block's weights are all-gathered across the slices one block ahead and its gradients
-    # reduce-scattered across them; on tpuv4-wire all hide but the first forward gather, the gather the backward
-    # pass opens with and the last bucket's reduce-scatter, each a DCN twin of one block's bf16 shard
+    # dcn_fsdp: every block's weights (one collective: they are within the combine threshold) are all-gathered
+    # across the slices one use ahead and its gradients reduce-scattered across them; on tpuv4-wire all hide but
+    # the first forward gather (behind ln1), the gather the backward pass opens with (behind the residual's
+    # backward) and the last bucket's reduce-scatter (behind ln1's backward), each a DCN twin of one block's bf16
+    # shard less the ops that hide it
     # no early gathers: MeshSlice's first-slice prefetch would move the ICI gathers against the DCN ones, which
     # is not what this twin accounts for
     many = tp.step(layout=f"dcn_fsdp={slices},tensor=4x4", batch=256 * slices, fidelity="full", prefetch="none",
@@ -218,8 +238,10 @@ def test_weights_sharded_across_slices_add_two_gathers_and_a_reduce_scatter(slic
     block = -(-TINY.params_per_layer // 16)  # one block's parameters on one chip of the 4x4 mesh
     shard = -(-block // slices) * slices * 2  # padded to equal parts across the slices, in bf16
     gather = dcn_twin(dcn, CollectiveOp.ALL_GATHER, shard, slices)
-    scatter = dcn_twin(dcn, CollectiveOp.REDUCE_SCATTER, shard, slices)
-    assert many.step_time_s - one.step_time_s == pytest.approx(2 * gather + scatter, rel=1e-9)
+    exposed = [gather - _seconds(one, ("ln1.norm", "ln1.psum")), gather - _seconds(one, ("residual2.bwd",)),
+               dcn_twin(dcn, CollectiveOp.REDUCE_SCATTER, shard, slices) - _seconds(one, LN1_BACKWARD)]
+    assert min(exposed) > 0
+    assert many.step_time_s - one.step_time_s == pytest.approx(sum(exposed), rel=1e-9)
     assert (many.named_layout, many.dcn_axis, many.zero_stage) == (f"dcn_fsdp={slices},tensor=4x4", "dcn_fsdp", None)
 
 

@@ -34,6 +34,11 @@ __all__ = [
 ]
 
 Count = Annotated[int, Field(ge=1)]
+
+XLA_COMBINE_THRESHOLD = 30 * 1024 * 1024 + 7
+"""XLA's default threshold of its all-gather, reduce-scatter and all-reduce combiners, in bytes (openxla's
+collective_utils.h, quoted in docs/workloads.md#data-parallelism); that the TPU compiler uses the same is an
+ASSUMPTION."""
 MAX_TRAFFIC_FACTOR = 1000.0
 """Bound of the dimensionless traffic and slowdown factors (real ones are 0 to 3; docs/limits.md): beyond it a
 factor only serves to overflow times."""
@@ -229,6 +234,10 @@ class HardwareProfile(FrozenModel):
     """The prefetch policy runs use unless told otherwise."""
     overlap_limits: OverlapLimits = OverlapLimits()
     """How many collectives of each operation may be in flight per chip (docs/network.md#overlap-limits)."""
+    combine_threshold: Bytes = XLA_COMBINE_THRESHOLD
+    """Consecutive weight matrices of a block whose data-parallel gathers and gradient buckets together stay within
+    this many bytes (one chip's tensor-parallel shard, bf16) run as one collective
+    (docs/workloads.md#data-parallelism)."""
 
     @property
     def limits_shown(self) -> str:

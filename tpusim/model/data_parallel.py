@@ -5,14 +5,20 @@ of every replica hold the same shard of every weight, so they synchronise it ove
 ``tpusim.topology.pod``), in the same simulation as the tensor-parallel collectives
 (docs/workloads.md#data-parallelism):
 
-- **gradients**: each block's gradient shard (bf16, ``params_per_layer / (R C)`` per chip) leaves as one bucket
-  when the block's backward pass ends: reduce-scattered over D under ZeRO stage >= 1 (each replica keeps 1/D and
-  updates that part of the optimizer state), all-reduced under stage 0. The step waits for every bucket before the
-  optimizer update (or, without it, at its end); until then they overlap the backward pass of the blocks below.
-- **weights**: under ZeRO 3 a block's weights are all-gathered from their D shards before its forward pass and again
-  before its backward pass, one block ahead of use; under stages 1 and 2 the weights updated shard by shard are
-  all-gathered once per step, one block ahead of their forward use (the gather that follows the previous step's
-  update, which the periodic step issues at its start); stage 0 updates replicated weights and gathers nothing.
+- **gradients**: each weight matrix's gradient shard (bf16, the matrix's parameters / (R C) per chip) leaves as one
+  bucket when its backward-weight GeMM ends: reduce-scattered over D under ZeRO stage >= 1 (each replica keeps 1/D
+  and updates that part of the optimizer state), all-reduced under stage 0. The step waits for every bucket before
+  the optimizer update (or, without it, at its end); until then they overlap the backward pass that follows.
+- **weights**: under ZeRO 3 each weight matrix is all-gathered from its D shards before its use in the forward pass
+  and again before its first use in the backward pass (its recomputed forward GeMM under recomputation, else its
+  backward-data GeMM), one collective ahead: the next collective's gather starts as this one's weights are first
+  used, and a matrix is freed after its last use in the pass (``tpusim.model.working_set`` counts these buffers).
+  Under stages 1 and 2 the weights updated shard by shard are all-gathered once per step, one collective ahead of
+  their forward use (the gather that follows the previous step's update, which the periodic step issues at its
+  start); stage 0 updates replicated weights and gathers nothing.
+- **combining**: consecutive matrices of a block whose bf16 shards together stay within the profile's
+  ``combine_threshold`` share one collective, as XLA's combiners join small collectives (a small model's block is
+  one collective, a large model's matrices one each).
 - **the embedding** (tied with the LM head, where the step includes them): one more bucket, sent once the
   embedding's gradient is complete (after its backward, before the optimizer update), and under ZeRO >= 1 one more
   gather, before the embedding lookup.
@@ -24,9 +30,10 @@ of every replica hold the same shard of every weight, so they synchronise it ove
   slices instead, and each weight gather first all-gathers this chip's shard from the S slices' parts, then over
   the data axis as before.
 
-One bucket per block and one block of lookahead are ASSUMPTIONS (frameworks choose bucket sizes and prefetch
-depths; docs/workloads.md#data-parallelism). The collectives share the chip's overlap limits with the tensor-
-parallel ones of the same kind (docs/network.md#overlap-limits).
+Collectives per weight matrix, combined up to the threshold, follow XLA; one collective of lookahead is an ASSUMPTION
+(XLA's latency-hiding scheduler chooses it under its memory limit; docs/workloads.md#data-parallelism). A block's norm gains and biases are not counted
+(``TransformerModel.params_per_layer``). The collectives share the chip's overlap limits with the tensor-parallel
+ones of the same kind (docs/network.md#overlap-limits).
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp, check_zero_stage
 
-__all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "data_parallel_plan"]
+__all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "data_parallel_plan", "matrix_params"]
 
 GRADIENTS = "dp.grads"
 WEIGHTS = "dp.weights"
 FSDP_STAGE = 3  # sharding across slices is ZeRO 3 (tpusim.config.layout.FSDP_ZERO_STAGE)
+PART_JOIN = "+"  # matrices sharing one collective: "qkv+out_proj"
 SYNCED_DTYPE = "bf16"  # gradients and weights cross the data axis in bf16 (model.memory's WEIGHT/GRADIENT_BYTES)
 
 
@@ -59,6 +67,7 @@ class DataSyncOp:
     target: int
     dcn_elements: int = 0  # bf16 elements of the tensor that crosses the slices over DCN (0: none)
     dcn_collective: CollectiveOp = CollectiveOp.ALL_REDUCE  # what runs across the slices
+    part: str | None = None  # the weight matrix of block ``target`` (None: the embedding and LM head)
 
     @property
     def nbytes(self) -> int:
@@ -68,10 +77,12 @@ class DataSyncOp:
 
 @dataclass(frozen=True)
 class DataWaitOp:
-    """Wait until the data-parallel collectives of kind ``key`` for block ``target`` (None: all) have finished."""
+    """Wait until the data-parallel collectives of kind ``key`` for block ``target`` (None: all) and its weight
+    matrix ``part`` (None: every one) have finished."""
 
     key: str
     target: int | None
+    part: str | None = None
 
     @property
     def name(self) -> str:
@@ -84,19 +95,30 @@ class DataParallelPlan:
 
     degree: int
     zero_stage: int
-    block_elements: int  # parameters of one block on this chip (its tensor-parallel shard)
+    parts: tuple[tuple[str, int], ...]  # a block's collectives: their matrices ("qkv+out_proj") and elements here
     accumulating: bool = False  # a micro-step before the last of gradient accumulation
     embedding_elements: int = 0  # parameters of the (tied) embedding and LM head on this chip; 0: not in the step
     dcn_slices: int = 1  # slices joined over DCN (a dcn_data or dcn_fsdp axis)
     dcn_sharded: bool = False  # dcn_fsdp: the slices shard the state (ZeRO 3 over D x S), else they replicate it
 
-    def _elements(self, block: int) -> int:
-        """This chip's parameters of ``block`` (-1: the embedding and LM head)."""
-        return self.embedding_elements if block < 0 else self.block_elements
+    def part_of(self, matrix: str) -> str:
+        """The collective (``parts``) that gathers and reduces the weight matrix ``matrix``."""
+        return next(name for name, _ in self.parts if matrix in name.split(PART_JOIN))
 
-    def _padded(self, block: int) -> int:
-        """``block``'s elements rounded up to a multiple of D, so every replica holds an equal part."""
-        return math.ceil(self._elements(block) / self.shards) * self.shards
+    @property
+    def block_elements(self) -> int:
+        """Parameters of one block on this chip (its tensor-parallel shard of every weight matrix)."""
+        return sum(elements for _, elements in self.parts)
+
+    def _elements(self, block: int, part: str | None) -> int:
+        """This chip's parameters of ``block``'s matrix ``part`` (block -1: the embedding and LM head)."""
+        if block < 0:
+            return self.embedding_elements
+        return dict(self.parts)[part] if part is not None else self.block_elements
+
+    def _padded(self, block: int, part: str | None) -> int:
+        """The matrix's elements rounded up to a multiple of D, so every replica holds an equal part."""
+        return math.ceil(self._elements(block, part) / self.shards) * self.shards
 
     @property
     def shards(self) -> int:
@@ -110,26 +132,26 @@ class DataParallelPlan:
         gradients (ZeRO 0 and 1; stages 2 and 3 keep only a 1/D shard, so every micro-step reduce-scatters)."""
         return not self.accumulating or (self.shards > 1 and self.zero_stage >= 2)
 
-    def gradients(self, block: int) -> DataSyncOp:
-        """The bucket of ``block``'s gradients, sent when its backward pass ends (then, across slices, its shard:
-        all-reduced over dcn_data, reduce-scattered over dcn_fsdp)."""
+    def gradients(self, block: int, part: str | None = None) -> DataSyncOp:
+        """The bucket of the gradients of ``block``'s matrix ``part``, sent when its backward-weight GeMM ends
+        (then, across slices, its shard: all-reduced over dcn_data, reduce-scattered over dcn_fsdp)."""
         across = CollectiveOp.REDUCE_SCATTER if self.dcn_sharded else CollectiveOp.ALL_REDUCE
         if self.degree == 1:
-            whole = self._padded(block)
-            return DataSyncOp(GRADIENTS, None, whole, block, whole, across)
+            whole = self._padded(block, part)
+            return DataSyncOp(GRADIENTS, None, whole, block, whole, across, part)
         if self.zero_stage >= 1:
-            padded = self._padded(block)
+            padded = self._padded(block, part)
             return DataSyncOp(GRADIENTS, CollectiveOp.REDUCE_SCATTER, padded, block,
-                              padded // self.degree if self.dcn_slices > 1 else 0, across)
-        return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self._elements(block), block)
+                              padded // self.degree if self.dcn_slices > 1 else 0, across, part)
+        return DataSyncOp(GRADIENTS, CollectiveOp.ALL_REDUCE, self._elements(block, part), block, part=part)
 
-    def weights(self, block: int) -> DataSyncOp:
-        """The all-gather of ``block``'s weights from their D shards; over dcn_fsdp first from the S slices' parts
-        of this chip's shard (``dcn_elements``: the shard gathered across them)."""
-        shard = self._padded(block) // self.degree
+    def weights(self, block: int, part: str | None = None) -> DataSyncOp:
+        """The all-gather of ``block``'s matrix ``part`` from its D shards; over dcn_fsdp first from the S slices'
+        parts of this chip's shard (``dcn_elements``: the shard gathered across them)."""
+        shard = self._padded(block, part) // self.degree
         collective = CollectiveOp.ALL_GATHER if self.degree > 1 else None
         return DataSyncOp(WEIGHTS, collective, shard, block, shard if self.dcn_sharded else 0,
-                          CollectiveOp.ALL_GATHER)
+                          CollectiveOp.ALL_GATHER, part)
 
     @property
     def gathers_forward(self) -> bool:
@@ -150,12 +172,13 @@ class DataParallelPlan:
 
 
 def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: int, zero_stage: int, *,
-                       accumulating: bool = False, embedding: bool = False,
-                       dcn_slices: int = 1, dcn_sharded: bool = False) -> DataParallelPlan | None:
+                       accumulating: bool = False, embedding: bool = False, dcn_slices: int = 1,
+                       dcn_sharded: bool = False, combine_bytes: float = 0.0) -> DataParallelPlan | None:
     """The data-parallel part of a step of ``degree`` replicas of ``mesh`` in each of ``dcn_slices`` slices (None
     for a single replica on one slice); ``embedding``: the step includes the embedding and LM head (one tied
     matrix over the padded vocabulary, or the embedding table and the LM head matrix when untied, synchronised as
-    one bucket)."""
+    one bucket). ``combine_bytes``: consecutive matrices whose shards together stay within it (bf16) share one
+    collective, as XLA's combiners do."""
     stage = check_zero_stage(zero_stage)
     if degree == 1 and dcn_slices == 1:
         return None
@@ -167,5 +190,25 @@ def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: i
             if embedding else 0)
     if dcn_sharded and stage < FSDP_STAGE:
         raise UserError(f"slices that shard the model state (dcn_fsdp) need ZeRO stage {FSDP_STAGE}, not {stage}")
-    return DataParallelPlan(degree, stage, math.ceil(model.params_per_layer / chips), accumulating, tied,
-                            dcn_slices, dcn_sharded and dcn_slices > 1)
+    shards = [(name, math.ceil(params / chips)) for name, params in matrix_params(model).items()]
+    return DataParallelPlan(degree, stage, _combined(shards, combine_bytes), accumulating, tied, dcn_slices,
+                            dcn_sharded and dcn_slices > 1)
+
+
+def _combined(shards: list[tuple[str, int]], combine_bytes: float) -> tuple[tuple[str, int], ...]:
+    """Consecutive matrices joined while their bf16 shards together stay within ``combine_bytes``."""
+    parts: list[tuple[str, int]] = []
+    for name, elements in shards:
+        if parts and (parts[-1][1] + elements) * dtype_bytes(SYNCED_DTYPE) <= combine_bytes:
+            joined, held = parts.pop()
+            parts.append((f"{joined}{PART_JOIN}{name}", held + elements))
+        else:
+            parts.append((name, elements))
+    return tuple(parts)
+
+
+def matrix_params(model: TransformerModel) -> dict[str, int]:
+    """Parameters of each weight matrix of a block, by the FF layer that uses it (a gated MLP's gate and up
+    matrices are ``ff1``, one fused GeMM); they sum to ``model.params_per_layer``."""
+    h, q, k, f = model.hidden, model.q_width, model.kv_width, model.ffn
+    return {"qkv": h * (q + 2 * k), "out_proj": q * h, "ff1": h * f * (model.mlp.matrices - 1), "ff2": f * h}

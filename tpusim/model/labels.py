@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from tpusim.model.data_parallel import DataSyncOp, DataWaitOp
-from tpusim.model.layer import GemmOp, Op, Pass
+from tpusim.model.layer import RECOMPUTE_PREFIX, GemmOp, Op, Pass
 
 __all__ = ["op_label"]
 
-_RECOMPUTE = "recompute."
 _BACKWARD = ".bwd"
 _GEMM_PASSES: Mapping[Pass, str] = MappingProxyType(
     {Pass.FORWARD: "fwd", Pass.BACKWARD_DATA: "bwd-data", Pass.BACKWARD_WEIGHT: "bwd-weight"})
@@ -28,8 +27,8 @@ def op_label(op: Op | DataSyncOp | DataWaitOp, layer: int) -> str:
     if layer < 0:
         return f"step {op.name}"
     name = op.layer if isinstance(op, GemmOp) else op.name
-    recompute = name.startswith(_RECOMPUTE)
-    name = name.removeprefix(_RECOMPUTE)
+    recompute = name.startswith(RECOMPUTE_PREFIX)
+    name = name.removeprefix(RECOMPUTE_PREFIX)
     if isinstance(op, GemmOp):
         step = "recompute" if recompute and op.which is Pass.FORWARD else _GEMM_PASSES[op.which]
     elif recompute:

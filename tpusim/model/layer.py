@@ -240,6 +240,9 @@ def attention_scores(model: TransformerModel, causal: bool, window: int | None =
     return s * s / 2
 
 
+RECOMPUTE_PREFIX = "recompute."  # the forward ops the backward pass reruns carry it (``_renamed``)
+
+
 def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: BlockShape, dtype: str,
               stats_dtype: str, recompute: str,
               attention_kind: Attention = Attention.UNFUSED, *, remat_save: frozenset[Activation] = frozenset(),
@@ -315,12 +318,12 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
         ]
     backward: list[Op] = []
     if recompute == "full":
-        backward = _renamed(forward, "recompute.")
+        backward = _renamed(forward, RECOMPUTE_PREFIX)
     elif Recompute(recompute) in DERIVED:
         rerun = plan_remat(Recompute(recompute), remat_save, remat_offload, attention_kind,
                            [op.name for op in forward], block=model.block,
                            activation=str(model.mlp.activation)).recomputed
-        backward = _renamed([op for op in forward if op.name in rerun], "recompute.")
+        backward = _renamed([op for op in forward if op.name in rerun], RECOMPUTE_PREFIX)
     backward += body
     return tuple(forward), tuple(backward)
 

@@ -189,13 +189,13 @@ def _one_d_statistics(ops: tuple[Op, ...], parallelism: str) -> tuple[Op, ...]:
     return tuple(out)
 
 
-def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1) -> StepPlan:
+def plan_step(spec: StepSpec, mesh: tuple[int, int], data: int = 1, combine_bytes: float = 0.0) -> StepPlan:
     """The whole plan of a step on ``mesh``, or on each of ``data`` replicas of it (``spec.batch`` is then one
-    replica's batch)."""
+    replica's batch); ``combine_bytes``: the hardware's data-parallel combine threshold."""
     forward, backward, violations = plan_block(spec, mesh)
     synced = data_parallel_plan(spec.model, mesh, data, spec.zero_stage, accumulating=spec.accumulating,
                                 embedding=spec.embedding, dcn_slices=spec.dcn_slices,
-                                dcn_sharded=spec.dcn_sharded)
+                                dcn_sharded=spec.dcn_sharded, combine_bytes=combine_bytes)
     before: tuple[Op, ...] = ()
     middle: tuple[Op, ...] = ()
     after: tuple[Op, ...] = ()

@@ -37,9 +37,17 @@ from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
-from tpusim.model.data_parallel import GRADIENTS, SYNCED_DTYPE, WEIGHTS, DataSyncOp, DataWaitOp
+from tpusim.model.data_parallel import (
+    GRADIENTS,
+    PART_JOIN,
+    SYNCED_DTYPE,
+    WEIGHTS,
+    DataParallelPlan,
+    DataSyncOp,
+    DataWaitOp,
+)
 from tpusim.model.labels import op_label
-from tpusim.model.layer import OPTIMIZER, GemmOp, LocalOp, NormStatsOp, Op
+from tpusim.model.layer import OPTIMIZER, RECOMPUTE_PREFIX, GemmOp, LocalOp, NormStatsOp, Op, Pass
 from tpusim.model.plan import PreparedGemm, StepPlan
 from tpusim.model.remat import HostCopy
 from tpusim.topology.mapping import DATA_AXIS
@@ -66,30 +74,28 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
         sequence += [(op, -1) for op in plan.middle]
         sequence += [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
         return sequence + [(op, -1) for op in plan.after]
-    # the weights a pass needs are gathered one block ahead; each block's gradients leave as its backward ends
+    # each collective's weights are gathered one ahead, and its gradients leave with its last backward-weight GeMM
     embedding = data.embedding_elements > 0
     sequence = [(data.weights(-1), -1)] if data.gathers_forward and embedding else []
-    sequence += [(data.weights(0), 0)] if data.gathers_forward else []
+    forward: list[Entry] = [(op, layer) for layer in range(layers) for op in plan.forward]
+    backward: list[Entry] = [(op, layer) for layer in reversed(range(layers)) for op in plan.backward]
+    forward_ops = _gathered_pass(data, forward) if data.gathers_forward else forward
+    backward_ops = _gathered_pass(data, backward) if data.gathers_backward else backward
+    if data.gathers_forward:  # the pass's first gather, issued before anything runs
+        sequence.append(forward_ops.pop(0))
     if data.gathers_forward and embedding:
         sequence.append((DataWaitOp(WEIGHTS, -1), -1))
     sequence += [(op, -1) for op in plan.before]
-    for layer in range(layers):
-        if data.gathers_forward:
-            sequence.append((DataWaitOp(WEIGHTS, layer), layer))
-            if layer + 1 < layers:
-                sequence.append((data.weights(layer + 1), layer))
-        sequence += [(op, layer) for op in plan.forward]
+    sequence += forward_ops
     if data.gathers_backward:
-        sequence.append((data.weights(layers - 1), layers - 1))
+        sequence.append(backward_ops.pop(0))
     sequence += [(op, -1) for op in plan.middle]
-    for layer in reversed(range(layers)):
-        if data.gathers_backward:
-            sequence.append((DataWaitOp(WEIGHTS, layer), layer))
-            if layer > 0:
-                sequence.append((data.weights(layer - 1), layer))
-        sequence += [(op, layer) for op in plan.backward]
-        if data.syncs_gradients:
-            sequence.append((data.gradients(layer), layer))
+    for op, layer in backward_ops:
+        sequence.append((op, layer))
+        if data.syncs_gradients and isinstance(op, GemmOp) and op.which is Pass.BACKWARD_WEIGHT:
+            part = data.part_of(op.layer)
+            if part.split(PART_JOIN)[0] == op.layer:  # the bucket leaves with its last gradient (backward order)
+                sequence.append((data.gradients(layer, part), layer))
     # the embedding's gradient is complete once its own backward (in ``after``) has run; the update waits for all
     update = [op for op in plan.after if op.name == OPTIMIZER]
     sequence += [(op, -1) for op in plan.after if op.name != OPTIMIZER]
@@ -98,6 +104,43 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
             sequence.append((data.gradients(-1), -1))
         sequence.append((DataWaitOp(GRADIENTS, None), -1))
     return sequence + [(op, -1) for op in update]
+
+
+def weight_uses(data: DataParallelPlan, ops: Sequence[Entry]) -> list[tuple[int, tuple[int, str]]]:
+    """(position, (block, collective)) of every op of a pass that reads a gathered weight matrix: its forward
+    GeMMs (recomputed ones too) and backward-data GeMMs; a backward-weight GeMM reads activations and gradients
+    only. The collective is the one of ``data.parts`` that gathers the matrix."""
+    return [(index, (layer, data.part_of(op.layer.removeprefix(RECOMPUTE_PREFIX))))
+            for index, (op, layer) in enumerate(ops) if isinstance(op, GemmOp) and op.which is not Pass.BACKWARD_WEIGHT]
+
+
+def _gathered_pass(data: DataParallelPlan, ops: list[Entry]) -> list[Entry]:
+    """``ops`` with each collective's weights gathered one ahead: the pass's first gather first, then each next
+    one's as the one before it is first used, and a wait before every first use."""
+    uses = weight_uses(data, ops)
+    seen: set[tuple[int, str]] = set()
+    first = []
+    for k, (_, unit) in enumerate(uses):
+        if unit not in seen:
+            seen.add(unit)
+            first.append(k)
+    # op position -> the unit whose gather starts there: the pass's first one before anything, each next one as
+    # the one before it is first used
+    issue_at = {uses[first[n - 1]][0] if n else -1: uses[k][1] for n, k in enumerate(first)}
+    waits = {uses[k][0]: uses[k][1] for k in first}
+    out: list[Entry] = []
+    if -1 in issue_at:
+        block, part = issue_at[-1]
+        out.append((data.weights(block, part), block))
+    for index, (op, layer) in enumerate(ops):
+        if index in waits:
+            block, part = waits[index]
+            out.append((DataWaitOp(WEIGHTS, block, part), layer))
+        if index in issue_at:
+            block, part = issue_at[index]
+            out.append((data.weights(block, part), layer))
+        out.append((op, layer))
+    return out
 
 
 @dataclass(frozen=True)
@@ -248,7 +291,7 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
     offloaded tensors with ``host``)."""
     issued: dict[int, Gathers] = {}
     held: dict[int, float] = {}
-    synced: dict[tuple[str, int], simpy.Event] = {}  # data-parallel collectives in flight, by kind and block
+    synced: dict[tuple[str, int, str | None], simpy.Event] = {}  # data-parallel ones in flight: kind, block, matrix
     tracer = dev.sim.tracer
     for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
@@ -269,9 +312,10 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
         elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
             yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
         elif isinstance(op, DataSyncOp):
-            synced[(op.name, op.target)] = _sync(dev, op)
+            synced[(op.name, op.target, op.part)] = _sync(dev, op)
         elif isinstance(op, DataWaitOp):
-            done = [key for key in synced if key[0] == op.key and op.target in (None, key[1])]
+            done = [key for key in synced if key[0] == op.key and op.target in (None, key[1])
+                    and op.part in (None, key[2])]
             if done:
                 yield dev.wait(*(synced.pop(key) for key in done))
         timeline.append((op.name, layer, start, dev.env.now))

@@ -145,7 +145,7 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
         raise InfeasibleError(f"{what} do not divide the batch of {spec.batch} sequences",
                               f"choose a batch that is a multiple of {data * slices}, or another layout")
     whole, spec = spec, replace(spec, batch=spec.batch // (data * slices))  # from here on: one replica's share
-    plan = plan_step(spec, mesh, data)
+    plan = plan_step(spec, mesh, data, hardware.combine_threshold)
     algorithm = next(iter(plan.gemms.values())).algorithm
     obstacle = symmetric_obstacle(algorithm, plan.params, network, overrides=bool(chip_slowdown or link_overrides))
     fidelity, why = resolve_fidelity(spec.fidelity, obstacle)

@@ -3,8 +3,8 @@ hides.
 
 A layout's gradient buckets overlap the backward pass of the blocks below them and its weight gathers the blocks
 before them (``tpusim.model.data_parallel``), except at the ends: the last block's bucket has nothing left to
-hide behind, nor has the first block's weight gather (ZeRO >= 1), nor, under ZeRO 3, the gather the backward pass
-opens with. Across slices over DCN, the last bucket's shard is all-reduced after it, with nothing left to hide
+hide behind, nor has the first block's first weight gather (ZeRO >= 1), nor, under ZeRO 3, the gather the backward
+pass opens with. Across slices over DCN, the last bucket's shard is all-reduced after it, with nothing left to hide
 behind either. The ranking charges those at their closed-form times; the whole steps the search ends with are
 simulated, overlap limits and all.
 """
@@ -26,7 +26,8 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
                        zero_stage: int, dcn_slices: int = 1) -> float:
     """Seconds per step of ``candidate``'s data-parallel collectives the ranking assumes exposed (0 for one replica
     on one slice), on each of ``dcn_slices`` slices."""
-    plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage, dcn_slices=dcn_slices)
+    plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage, dcn_slices=dcn_slices,
+                              combine_bytes=hardware.combine_threshold)
     if plan is None:
         return 0.0
     network = network_for(hardware, candidate.mapping)
@@ -37,12 +38,13 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
         found = network.twin(CollectiveCall(op.collective, DATA_AXIS, op.nbytes))
         return found if found is not None else 0.0
 
-    last = plan.gradients(0)
+    first, final = plan.parts[0][0], plan.parts[-1][0]
+    last = plan.gradients(0, first)  # the backward pass ends with the block's first collective's bucket
     exposed = [last]
     if plan.gathers_forward:
-        exposed.append(plan.weights(0))
-    if plan.gathers_backward:
-        exposed.append(plan.weights(0))
+        exposed.append(plan.weights(0, first))
+    if plan.gathers_backward:  # without recomputation the backward pass opens with the block's last matrix
+        exposed.append(plan.weights(0, final))
     across = 0.0
     dcn = hardware.slice_network
     if last.dcn_elements and dcn is not None:
