@@ -111,3 +111,27 @@ def test_transfer_hook_sees_every_span() -> None:
     links.on_transfer = lambda ids, start, end: spans.append((ids.tolist(), start.tolist(), end.tolist()))
     _send(links, [1, 1], [B, B], 0.0)
     assert spans == [([1, 1], [0.0, HOLD], [HOLD, 2 * HOLD])]
+
+
+def test_background_transfer_is_pre_empted_by_foreground_and_resumes_after_it() -> None:
+    """A background transfer holds the link from 0; a foreground one ready halfway takes the link at once and the
+    background's rest follows it: it ends one foreground hold later than alone."""
+    links = _links()
+    reservation = links.transmit_background(0, B, 0.0)
+    assert links.background_arrival(reservation) == HOLD + LAT
+    foreground = links.transmit_one(0, B, HOLD / 2)
+    assert foreground == HOLD / 2 + HOLD + LAT  # as if the background were absent
+    assert links.background_arrival(reservation) == 2 * HOLD + LAT
+    assert links.busy[0] == 2 * HOLD and links.bytes[0] == 2 * B
+
+
+def test_background_waits_for_queued_foreground_and_ended_background_is_not_pushed() -> None:
+    links = _links()
+    _send(links, [1], [B], 0.0)  # foreground holds link 1 until HOLD
+    queued = links.transmit_background(1, B, 0.0)
+    assert links.background_arrival(queued) == 2 * HOLD + LAT
+    later = links.transmit_one(1, B, 3 * HOLD)  # after the background ended: it is not pushed
+    assert later == 4 * HOLD + LAT
+    assert links.background_arrival(queued) == 2 * HOLD + LAT
+    second = links.transmit_background(1, B, 3 * HOLD)  # behind the foreground queued at 3 HOLD
+    assert links.background_arrival(second) == 5 * HOLD + LAT

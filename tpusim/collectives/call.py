@@ -29,6 +29,7 @@ class CollectiveCall:
     ring: Ring = Ring.BIDIRECTIONAL
     chunks: int = 0  # pipelined chunks per message; 0: the operation's choice (1 on rings, optimal on chains)
     variant: str = ""  # a schedule the physical network chose (e.g. "scatter-gather" for a broadcast)
+    background: bool = False  # a prefetch: its transfers use only what on-demand traffic leaves of each link
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ when its last incoming message of its group's last phase has arrived; ranks that
 done when their group's program is. Where chips share HBM with their DMA (``HbmCharges``), each message
 charges its bytes to the HBM of the chip that sends it, of the chip that receives it and, while it is added in,
 the reduction's passes (docs/chip.md#hbm-contention).
+
+A background program (a prefetch, docs/network.md#prefetch-traffic-yields) reserves its hops in the background
+class of the links, where foreground traffic that comes later can push them back. Its arrivals are therefore
+filed as checks: at the provisional arrival time the message's reservation is asked again, and what has been
+pushed is filed anew; what follows a message (next hop, successor, gate, rank done) happens at its final arrival.
 """
 
 from __future__ import annotations
@@ -91,7 +96,7 @@ class HbmCharges:
 
 def execute_program(
     env: simpy.Environment, links: LinkArray, program: Program, on_rank_done: RankDone,
-    reduce_per_byte: float = 0.0, hbm: HbmCharges | None = None,
+    reduce_per_byte: float = 0.0, hbm: HbmCharges | None = None, *, background: bool = False,
 ) -> Generator[simpy.Event, Any, float]:
     """SimPy process body: run ``program`` from ``env.now``; report each rank's completion; return the end.
 
@@ -103,7 +108,7 @@ def execute_program(
         for rank in range(program.size * program.groups):
             on_rank_done(rank, start)
         return start
-    run = _Run(links, program, on_rank_done, reduce_per_byte, start, hbm)
+    run = _Run(links, program, on_rank_done, reduce_per_byte, start, hbm, background=background)
     heap = run.heap
     while heap:
         now = heap[0][0]
@@ -113,7 +118,9 @@ def execute_program(
             yield env.timeout(now - env.now)
         while heap and heap[0][0] == now:
             _, _, idx, hop = heapq.heappop(heap)
-            if len(idx) == 1:
+            if run.background:
+                run.advance_background(idx, hop, now)
+            elif len(idx) == 1:
                 run.advance_one(int(idx[0]), hop, now)
             else:
                 run.advance(idx, hop, now)
@@ -124,8 +131,10 @@ class _Run:
     """The state of one program's execution: what each rank, group and gate still waits for."""
 
     def __init__(self, links: LinkArray, program: Program, on_rank_done: RankDone, reduce_per_byte: float,
-                 start: float, hbm: HbmCharges | None = None) -> None:
+                 start: float, hbm: HbmCharges | None = None, *, background: bool = False) -> None:
         self.links = links
+        self.background = background
+        self.reserved = np.zeros(len(program.src), dtype=np.int64)  # background: each message's last reservation
         self.hbm = hbm
         self.program = program
         self.on_rank_done = on_rank_done
@@ -150,6 +159,12 @@ class _Run:
             self.hbm.charge(route, program.nbytes[idx], np.asarray(self.links.last_start),
                             np.asarray(self.links.last_end), first=hop == 0, last=~more, added=added,
                             arrival=arrival)
+        self.arrived(idx, arrival, more, hop)
+
+    def arrived(self, idx: np.ndarray, arrival: np.ndarray, more: np.ndarray, hop: int) -> None:
+        """Hop ``hop`` of messages ``idx`` arrives at ``arrival``: file the next hops of those with ``more`` to go,
+        and the consequences of those that reached their destination."""
+        program = self.program
         if more.any():
             self.file(idx[more], arrival[more], hop + 1)
             done = ~more
@@ -178,6 +193,35 @@ class _Run:
             np.subtract.at(self.gate_left, gates, 1)
             for gate in _distinct(gates[self.gate_left[gates] == 0]):
                 self.open(gate)
+
+    def advance_background(self, idx: np.ndarray, hop: int, now: float) -> None:
+        """The background class: hop ``hop`` >= 0 of messages ``idx`` is ready at ``now`` and reserves its links;
+        ``hop`` < 0 is a check that hop ``~hop`` has arrived (module docstring)."""
+        program, links = self.program, self.links
+        if hop < 0:
+            hop = ~hop
+            arrival = np.array([links.background_arrival(r) for r in self.reserved[idx].tolist()])
+            late = arrival > now
+            if late.any():  # pushed back by foreground traffic since it was reserved
+                self.file(idx[late], arrival[late], ~hop)
+                idx, arrival = idx[~late], arrival[~late]
+            for reservation in self.reserved[idx].tolist():
+                links.trace_background(reservation)
+            if len(idx):
+                self.arrived(idx, arrival, program.hops[idx] > hop + 1, hop)
+            return
+        route = program.route[idx, hop]
+        nbytes = program.nbytes[idx]
+        reservations = [links.transmit_background(link, size, now)
+                        for link, size in zip(route.tolist(), nbytes.tolist(), strict=True)]
+        self.reserved[idx] = reservations
+        arrival = np.array([links.background_arrival(r) for r in reservations])
+        if self.hbm is not None:  # over the spans as reserved: a later pre-emption stretches a span, not its bytes
+            added = None if self.adding is None else self.adding[idx]
+            self.hbm.charge(route, nbytes, np.array([links.background_start[r] for r in reservations]),
+                            arrival - links.latency[route], first=hop == 0, last=program.hops[idx] <= hop + 1,
+                            added=added, arrival=arrival)
+        self.file(idx, arrival, ~hop)
 
     def advance_one(self, i: int, hop: int, now: float) -> None:
         """``advance`` for a single message, in scalars: the same steps without array overhead."""

@@ -6,6 +6,14 @@ per-transfer ``overhead``) and arrives ``latency`` after it leaves the link, whe
 next transfer (ASTRA-sim's congestion-aware link). Reservations are made at the simulated time the data becomes ready,
 so concurrent traffic queues first-come first-served, exactly as a FIFO resource would, without a process per
 transfer. Batches are numpy arrays: one call moves every chunk that becomes ready at the same instant.
+
+Background traffic (a prefetch, docs/network.md#prefetch-traffic-yields) is a second, lower class: it uses only
+the time the foreground leaves a link, and a foreground transfer pre-empts it. Foreground reservations never look
+at background ones, so the foreground times are exactly those of a run without the background. At the current
+time the foreground still to come on a link is one contiguous span (every gap between its reservations lies in
+the past), and the background queued behind it another; a foreground reservation of ``d`` seconds that starts
+while background work is pending therefore pushes every pending background reservation of that link ``d``
+later. A background reservation's arrival is then only provisional: ``background_arrival`` gives its current one.
 """
 
 from __future__ import annotations
@@ -43,6 +51,12 @@ class LinkArray:
         # the serialization spans of the last transmit call, for HBM accounting (engine/hbm.py)
         self.last_start: np.ndarray | float = 0.0
         self.last_end: np.ndarray | float = 0.0
+        # background class: the end of each link's queued background work, and the reservations still pending
+        self.background_free_at = np.zeros(count)
+        self._pending: dict[int, list[int]] = {}  # by link: ids of background reservations not yet ended
+        self.background_start: list[float] = []  # by reservation id: its start as first reserved
+        self.background_end: list[float] = []  # by reservation id: its current end (pushed by pre-emption)
+        self.background_link: list[int] = []
 
     @property
     def count(self) -> int:
@@ -71,6 +85,10 @@ class LinkArray:
             self.busy[links] += duration
         self.transfers += len(links)
         self.last_start, self.last_end = start, end
+        if self._pending:
+            for link, begin, finish in zip(links.tolist(), np.broadcast_to(start, len(links)).tolist(),
+                                           np.broadcast_to(end, len(links)).tolist(), strict=True):
+                self._preempt(link, begin, finish)
         if self.on_transfer is not None:
             self.on_transfer(links, start, end)
         arrival: np.ndarray = end + self.latency[links]
@@ -87,9 +105,62 @@ class LinkArray:
         self.busy[link] += duration
         self.transfers += 1
         self.last_start, self.last_end = start, end
+        if self._pending:
+            self._preempt(link, start, end)
         if self.on_transfer is not None:
             self.on_transfer(np.array([link]), np.array([start]), np.array([end]))
         return end + float(self.latency[link])
+
+    def _preempt(self, link: int, start: float, end: float) -> None:
+        """A foreground reservation of ``link`` over [start, end]: the background work pending there after
+        ``start`` (all of it sits after the foreground's own queue) waits ``end - start`` longer."""
+        pending = self._pending.get(link)
+        if not pending:
+            return
+        ends = self.background_end
+        live = [r for r in pending if ends[r] > start]
+        if not live:
+            del self._pending[link]
+            return
+        shift = end - start
+        for r in live:
+            ends[r] += shift
+        self.background_free_at[link] += shift
+        self._pending[link] = live
+
+    def transmit_background(self, link: int, nbytes: float, now: float) -> int:
+        """Reserve ``link`` for a background transfer of ``nbytes`` ready at ``now``: after the foreground queued
+        there and the background before it, pre-empted by any foreground that comes; returns its reservation id
+        (its arrival: ``background_arrival``)."""
+        duration = nbytes / float(self.bandwidth[link]) + self.overhead
+        start = max(now, float(self.free_at[link]), float(self.background_free_at[link]))
+        end = start + duration
+        self.background_free_at[link] = end
+        self.bytes[link] += nbytes
+        self.busy[link] += duration
+        self.transfers += 1
+        reservation = len(self.background_end)
+        self.background_start.append(start)
+        self.background_end.append(end)
+        self.background_link.append(link)
+        pending = self._pending.setdefault(link, [])
+        pending[:] = [r for r in pending if self.background_end[r] > now]
+        pending.append(reservation)
+        self.last_start, self.last_end = start, end
+        return reservation
+
+    def background_arrival(self, reservation: int) -> float:
+        """When background reservation ``reservation`` arrives at the far end, as far as is known now (later
+        foreground traffic can only push it later, and only while it has not ended)."""
+        return self.background_end[reservation] + float(self.latency[self.background_link[reservation]])
+
+    def trace_background(self, reservation: int) -> None:
+        """Hand the tracer a background transfer once it has ended: its span from its start to its (pre-empted)
+        end."""
+        if self.on_transfer is not None:
+            link = self.background_link[reservation]
+            self.on_transfer(np.array([link]), np.array([self.background_start[reservation]]),
+                             np.array([self.background_end[reservation]]))
 
     def _serialize(self, links: np.ndarray, duration: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(links, kind="stable")

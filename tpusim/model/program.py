@@ -261,7 +261,8 @@ def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | N
     current = tracer.scope.get(dev.chip_id, "") if tracer is not None else ""
     if tracer is not None:  # traced as the coming GeMM's, issued early
         tracer.scope[dev.chip_id] = f"{op_label(*entry)} prefetch"
-    issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2]) for key, tensor in operands.items()}
+    # a prefetch is background traffic: it uses only what the on-demand collectives leave of each link
+    issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2], background=True) for key, tensor in operands.items()}
     if tracer is not None:
         tracer.scope[dev.chip_id] = current
     held[ahead] = size

@@ -190,7 +190,8 @@ class PhysicalNetwork(Network):
         hbm = (None if sim.hbm is None else
                HbmCharges(sim.hbm.ledger, self.topology.link_src, self.topology.link_dst,
                           self.profile.ici.reduction_passes))
-        body = execute_program(env, links, program, done, self.costs.reduce_per_byte, hbm)
+        body = execute_program(env, links, program, done, self.costs.reduce_per_byte, hbm,
+                               background=call.background)
         tracer = sim.tracer
         yield env.process(body if tracer is None else tracer.link_program(body, call.axis, str(call.op)))
 
