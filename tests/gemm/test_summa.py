@@ -3,8 +3,12 @@ worked example, feasibility."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from tests.gemm.helpers import assert_exact_products
+from tpusim.collectives.factory import place_mesh
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
 from tpusim.experiments.validation import toy_profile
@@ -14,7 +18,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
-from tpusim.hardware import load_hardware
+from tpusim.hardware import ChipModel, load_hardware
 from tpusim.vocabulary import Dataflow, Prefetch
 
 MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
@@ -110,6 +114,69 @@ def test_unknown_variant() -> None:
         get_algorithm("summa").check(GemmProblem(64, 64, 64, Dataflow.OS), (4, 4), GemmParams(variant="fast"))
 
 
-def test_slices_rejected() -> None:
-    with pytest.raises(InfeasibleError, match="--slices 4 does not apply to algorithm 'summa'"):
-        get_algorithm("summa").check(GemmProblem(64, 64, 64, Dataflow.OS), (4, 4), GemmParams(slices=4))
+def test_panel_count_outside_the_rule_is_refused() -> None:
+    with pytest.raises(InfeasibleError, match=r"^--slices 3: summa's panel count must divide lcm\(8, 4\) = 8 with 8 "
+                                              r"and 4 each dividing it or divisible by it; feasible panel counts: "
+                                              r"1, 2, 4, 8$"):
+        get_algorithm("summa").check(GemmProblem(64, 64, 64, Dataflow.OS), (8, 4), GemmParams(slices=3))
+
+
+# -- 5. the panel count (docs/algorithms.md#summa) -----------------------------------------------------
+def _rule(rows: int, cols: int) -> list[int]:
+    """Written independently: S divides lcm(R, C) and, on each axis, the panels either nest in the blocks or the
+    blocks in the panels."""
+    lcm = rows * cols // math.gcd(rows, cols)
+    return [s for s in range(1, lcm + 1) if lcm % s == 0 and (rows % s == 0 or s % rows == 0)
+            and (cols % s == 0 or s % cols == 0)]
+
+
+@pytest.mark.parametrize(("mesh", "counts"), [((4, 4), [1, 2, 4]), ((8, 4), [1, 2, 4, 8]), ((2, 3), [1, 6]),
+                                              ((4, 6), [1, 2, 12]), ((16, 16), [1, 2, 4, 8, 16])])
+def test_panel_options(mesh: tuple[int, int], counts: list[int]) -> None:
+    assert counts == _rule(*mesh)
+    problem = GemmProblem(192, 192, 192, Dataflow.OS)
+    assert get_algorithm("summa").slice_options(problem, mesh, GemmParams()) == counts
+    assert get_algorithm("summa").slice_options(GemmProblem(64, 64, 97, Dataflow.OS), mesh, GemmParams()) == []
+
+
+@pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
+@pytest.mark.parametrize(("mesh", "panels"), [((8, 4), (1, 2, 4)), ((4, 8), (2, 4)), ((4, 4), (1, 2))],
+                         ids=str)
+def test_products_exact_for_every_panel_count(profile_mesh, hw_name: str, mesh: tuple[int, int],
+                                              panels: tuple[int, ...]) -> None:
+    """Fewer, wider panels than lcm(R, C): a panel spanning several ranks' blocks is broadcast by each of them,
+    and an output panel spanning several is reduced to each; the product is X @ W for every count."""
+    hw = load_hardware(hw_name)
+    mapping = profile_mesh(hw, *mesh)[1]
+    prefetch = default_prefetch(hw)
+    assert_exact_products("summa", hw, mapping, (64, 128, 256), [GemmParams(prefetch, s) for s in panels])
+
+
+@pytest.mark.parametrize("mesh", [(8, 4), (4, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+def test_des_equals_twin_for_every_panel_count(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
+    hw = load_hardware("meshslice-tpu-fit")
+    mapping = profile_mesh(hw, *mesh)[1]
+    for s in (1, 2, 4, 8):
+        for m, n, k in SHAPES[1:]:
+            problem = GemmProblem(m, n, k, dataflow, transpose=True)
+            result = simulate_gemm(problem, "summa", GemmParams(slices=s), hw, mapping)
+            assert result.analytic_time_s is not None
+            assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9), (s, m, n, k)
+
+
+def test_wider_panels_read_and_write_the_accumulator_fewer_times() -> None:
+    """OS accumulates like MeshSlice's slices: every panel GeMM but a single one reads and writes the fp32
+    partial output, so S panels move 2 x 4 x (M/R)(N/C) bytes S times; a single panel writes the bf16 output
+    once. Checked against the chip's roofline written out here."""
+    hw = load_hardware("tpuv4")
+    problem = GemmProblem(8192, 8192, 8192, Dataflow.OS)
+    costs = CostModel(hw, place_mesh(hw, 8, 4))
+    chip = ChipModel(hw.chip)  # its achievable rates; every dimension below is a multiple of the 128 tile
+    for s in (1, 2, 4, 8):
+        _, _, g = get_algorithm("summa").terms(GemmContext(problem, GemmParams(slices=s), (8, 4)), costs)
+        m, n, k = 8192 // 8, 8192 // 4, 8192 // s
+        output = 2 * 4 * m * n if s > 1 else 2 * m * n  # fp32 read and written, or bf16 written once
+        memory = (2 * (m * k + k * n) + output) / chip.hbm_rate
+        compute = 2 * m * n * k / chip.gemm_peak
+        assert g == pytest.approx(chip.op_overhead + max(memory, compute), rel=1e-12), s

@@ -99,3 +99,18 @@ def test_meshslice_prefetches_its_first_slice_not_the_whole_block() -> None:
     short = time(prefetch="window", prefetch_window=1, prefetch_budget=f"{largest_slice - 1} B")
     assert fits < short < time(prefetch="none")
     assert time(prefetch="window", prefetch_window=1) <= fits
+
+
+@pytest.mark.parametrize("extra", [{"algorithm": "summa", "slices": 4}, {"algorithm": "cannon"},
+                                   {"algorithm": "cannon", "variant": "bidirectional-halves"}],
+                         ids=["summa", "cannon", "cannon-halves"])
+def test_summa_first_panel_and_cannon_skew_follow_the_prefetch_policy(extra: dict[str, object]) -> None:
+    """SUMMA's first weight panel broadcast and Cannon's weight skew (its all-gather in bidirectional-halves) are
+    data-independent first transfers like MeshSlice's slice 0: ``previous-gemm`` starts them with the GeMM before,
+    ``previous-op`` with the op before, and only the exposure moves. (Before, the three policies gave one time.)"""
+    runs = {p: api.step(**{**WANG, **extra}, prefetch=p) for p in ("none", "previous-op", "previous-gemm")}
+    exposed = {p: r.exposed_comm_s for p, r in runs.items()}
+    assert exposed["previous-gemm"] < exposed["previous-op"] < exposed["none"]
+    assert runs["previous-gemm"].step_time_s - runs["none"].step_time_s == pytest.approx(
+        exposed["previous-gemm"] - exposed["none"], rel=1e-9)
+

@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from tpusim.collectives.call import CollectiveCall
+from tpusim.collectives.early import EarlyTransfer
 from tpusim.collectives.handles import expected_of
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.hbm import SpanDone
@@ -68,9 +69,8 @@ class Device:
         self.model = sim.chip_model
         if sim.hbm is not None:
             sim.hbm.ledger.watch(self.chip_id)
-        # gathers a step started early for the coming op (prefetch policies that start them early), by
-        # (operand, axis, dim)
-        self.prefetched: dict[tuple[str, int, int], simpy.Event] = {}
+        # transfers a step started early for the coming op (prefetch policies that start them early)
+        self.prefetched: dict[EarlyTransfer, simpy.Event] = {}
 
     # -- identity ------------------------------------------------------------------------------------
     def rank(self, axis: int) -> int:
@@ -179,8 +179,21 @@ class Device:
 
     def gather_prefetchable(self, operand: str, t: Tensor, axis: int, dim: int) -> simpy.Event:
         """A data-independent all-gather: the one started early for this op if any, else a new one."""
-        handle = self.prefetched.pop((operand, axis, dim), None)
-        return handle if handle is not None else self.all_gather(t, axis, dim)
+        return self.take_prefetched(EarlyTransfer(operand, CollectiveOp.ALL_GATHER, axis, dim=dim), t)
+
+    def take_prefetched(self, transfer: EarlyTransfer, t: Tensor) -> simpy.Event:
+        """A data-independent transfer of ``t``: the one started early for this op if any, else a new one."""
+        handle = self.prefetched.pop(transfer, None)
+        return handle if handle is not None else self.start_transfer(transfer, t)
+
+    def start_transfer(self, transfer: EarlyTransfer, t: Tensor, background: bool = False) -> simpy.Event:
+        """Issue ``transfer`` of ``t`` now; ``background``: it only uses the link time on-demand traffic leaves
+        (a prefetch, docs/network.md#prefetch-traffic-yields)."""
+        if transfer.op is CollectiveOp.BROADCAST:
+            return self.broadcast(t, transfer.axis, transfer.root, background=background)
+        if transfer.op is CollectiveOp.SHIFT:
+            return self.shift(t, transfer.axis, transfer.offset, background=background)
+        return self.all_gather(t, transfer.axis, transfer.dim, background=background)
 
     def reduce_scatter(self, t: Tensor, axis: int, dim: int = 0, **opts: Any) -> simpy.Event:
         return self._collective(CollectiveOp.REDUCE_SCATTER, t, axis, dim=dim, **opts)

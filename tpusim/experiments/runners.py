@@ -168,6 +168,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     """One training step (its per-link busy seconds over the whole step into ``link_busy``; a run of its simulated
     window into ``tracer``, docs/results.md#traces). ``progress`` hears (what, done, in all): each FF layer's
     slice count chosen, then the step simulated."""
+    from tpusim.gemm.algorithm import SLICED
     from tpusim.gemm.registry import get_algorithm
     from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
@@ -183,8 +184,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     slices = _per_layer(request.slices)
     if slices is not None and not algorithm.uses_slices:
         shown = ",".join(str(k) for k in request.slices) if isinstance(request.slices, list) else request.slices
-        raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; "
-                              "only 'meshslice' takes a slice count")
+        raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; {SLICED}")
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
     slices_over_dcn = request.dcn_slices
     _check_dcn(request, profile, slices_over_dcn)

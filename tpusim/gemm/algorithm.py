@@ -16,12 +16,17 @@ from typing import Any, ClassVar
 import simpy
 
 from tpusim.collectives.device import Device
+from tpusim.collectives.early import EarlyTransfer
 from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Roles
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import Sharding, two_d
+from tpusim.vocabulary import CollectiveOp
+
+SLICED = "only 'meshslice' (its slice count K) and 'summa' (its panel count S) take one"
+"""Which built-in algorithms take ``--slices``: the end of the refusal every other one gives."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,7 @@ class GemmAlgorithm(ABC):
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         """Raise InfeasibleError for a combination this algorithm cannot run."""
         if params.slices is not None and not self.uses_slices:
-            raise InfeasibleError(f"--slices {params.slices} does not apply to algorithm {self.name!r}; "
-                                  "only 'meshslice' takes a slice count")
+            raise InfeasibleError(f"--slices {params.slices} does not apply to algorithm {self.name!r}; {SLICED}")
         if params.variant is not None and params.variant not in self.variants:
             valid = ", ".join(self.variants) if self.variants else "none (this algorithm has no variants)"
             raise InfeasibleError(f"unknown variant {params.variant!r} for algorithm {self.name!r}; valid: {valid}")
@@ -99,6 +103,18 @@ class GemmAlgorithm(ABC):
         (docs/algorithms.md#prefetch-policy)."""
         del ctx, operand
         return block
+
+    def early_transfers(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> list[tuple[EarlyTransfer,
+                                                                                               Tensor]]:
+        """The data-independent first transfers of this chip's program and what each sends, which the step may
+        start before the op under the ``previous-op``, ``previous-gemm`` and ``window`` policies; the program
+        picks each up with ``Device.take_prefetched``. By default the ``prefetchable_gathers`` of the
+        ``prefetch_part`` of their blocks; SUMMA's first panel broadcasts and Cannon's skew override it."""
+        del dev
+        held = {"x": x, "w": w}
+        return [(EarlyTransfer(operand, CollectiveOp.ALL_GATHER, axis, dim=dim),
+                 self.prefetch_part(ctx, operand, held[operand]))
+                for operand, axis, dim in self.prefetchable_gathers(ctx)]
 
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int] | None:
         """The slice counts this algorithm can run ``problem`` with on ``mesh``, ascending; None where it does

@@ -30,10 +30,10 @@ of every replica hold the same shard of every weight, so they synchronise it ove
   slices instead, and each weight gather first all-gathers this chip's shard from the S slices' parts, then over
   the data axis as before.
 
-Collectives per weight matrix, combined up to the threshold, follow XLA; one collective of lookahead is an ASSUMPTION
-(XLA's latency-hiding scheduler chooses it under its memory limit; docs/workloads.md#data-parallelism). A block's norm gains and biases are not counted
-(``TransformerModel.params_per_layer``). The collectives share the chip's overlap limits with the tensor-parallel
-ones of the same kind (docs/network.md#overlap-limits).
+Collectives per weight matrix, combined up to the threshold, follow XLA; one collective of lookahead is an
+ASSUMPTION (XLA's latency-hiding scheduler chooses it under its memory limit; docs/workloads.md#data-parallelism).
+A block's norm gains and biases are not counted (``TransformerModel.params_per_layer``). The collectives share the
+chip's overlap limits with the tensor-parallel ones of the same kind (docs/network.md#overlap-limits).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import simpy
 from tpusim.collectives.accounting import RunAccount, account
 from tpusim.collectives.dcn import DcnFabric
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.early import EarlyTransfer
 from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
@@ -153,7 +154,7 @@ class PrefetchWindow:
     budget: float | None = None
 
 
-Gathers = dict[tuple[str, int, int], simpy.Event]
+Gathers = dict[EarlyTransfer, simpy.Event]
 
 
 @dataclass(frozen=True)
@@ -250,11 +251,10 @@ def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | N
                    held: dict[int, float], entry: Entry) -> bool:
     """Start the data-independent gathers of the GeMM at place ``ahead`` (``entry`` of the sequence); False where
     they would exceed ``budget`` bytes of early-gathered buffers."""
-    keys = job.algorithm.prefetchable_gathers(job.ctx)
-    if not keys:
+    transfers = job.algorithm.early_transfers(dev, job.ctx, job.x, job.w)
+    if not transfers:
         return True
-    operands = {key: job.algorithm.prefetch_part(job.ctx, key[0], job.w if key[0] == "w" else job.x) for key in keys}
-    size = sum(tensor.nbytes * dev.size(key[1]) for key, tensor in operands.items())  # once gathered
+    size = sum(transfer.received_bytes(tensor.nbytes, dev.size(transfer.axis)) for transfer, tensor in transfers)
     if budget is not None and sum(held.values()) + size > budget:
         return False
     tracer = dev.sim.tracer
@@ -262,7 +262,7 @@ def _issue_gathers(dev: Device, job: PreparedGemm, ahead: int, budget: float | N
     if tracer is not None:  # traced as the coming GeMM's, issued early
         tracer.scope[dev.chip_id] = f"{op_label(*entry)} prefetch"
     # a prefetch is background traffic: it uses only what the on-demand collectives leave of each link
-    issued[ahead] = {key: dev.all_gather(tensor, key[1], key[2], background=True) for key, tensor in operands.items()}
+    issued[ahead] = {transfer: dev.start_transfer(transfer, tensor, background=True) for transfer, tensor in transfers}
     if tracer is not None:
         tracer.scope[dev.chip_id] = current
     held[ahead] = size

@@ -277,6 +277,17 @@ def slice_shape_for(chips: int, rules: SliceRules = TPUV4_RULES) -> str | None:
     return None if best is None else _shape_text([side * rules.cube for side in best])
 
 
+def slice_shapes_for(chips: int, rules: SliceRules = TPUV4_RULES) -> list[str]:
+    """Every slice of whole cubes with ``chips`` chips under cube rules, as topology text with sides ascending
+    (256 TPUv4 chips: 4x4x16, 4x8x8); the generation's default alone where the rules list shapes or the count is
+    not whole cubes."""
+    default = dict(rules.defaults).get(chips)
+    if rules.cube is None or chips > rules.max_chips or chips % rules.cube ** rules.axes:
+        return [default] if default is not None else []
+    cubes = chips // rules.cube ** rules.axes
+    return [_shape_text([side * rules.cube for side in sides]) for sides in _factorisations(cubes, rules.axes)]
+
+
 def _factorisations(number: int, parts: int) -> list[tuple[int, ...]]:
     """Every non-decreasing tuple of ``parts`` whole numbers whose product is ``number``."""
     if parts == 1:

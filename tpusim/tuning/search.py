@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpusim.collectives.factory import network_for, place_mesh, takes_data_axis
-from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.gemm.dataflow import GemmProblem
@@ -43,6 +43,7 @@ from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec
+from tpusim.topology.slices import TPUV4_RULES, slice_shapes_for
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.capacity import mesh_memory
 from tpusim.tuning.data_tail import data_parallel_tail
@@ -296,6 +297,20 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         return _search(request, cache, progress, stages, pool)
 
 
+def _slice_note(request: TuneSpec, hardware: HardwareProfile, chips: int) -> str:
+    """Which slice shape the search ran on, and (without ``--topology``) the legal shapes it did not try: the
+    search covers one slice shape; trying every legal one is not built."""
+    if request.topology is not None:
+        return f"slice shape: {request.topology} (--topology)"
+    if not isinstance(hardware, PhysicalProfile):
+        return "slice shape: none (a calibrated profile simulates one abstract ring per axis)"
+    rules = hardware.slices or TPUV4_RULES
+    shape = dict(rules.defaults).get(chips)
+    others = [s for s in slice_shapes_for(chips, rules) if s != shape]
+    untried = f"; not tried: {', '.join(others)} (tune on one with --topology)" if others else ""
+    return f"slice shape: {shape} (the default for {chips} chips){untried}"
+
+
 def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None] | None,
             stages: Callable[[int, int], None] | None, pool: SimulationPool | None) -> TuneResult:
     say = progress if progress is not None else _silent
@@ -409,6 +424,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         notes.insert(0, f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
                         f"sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
                         f"{memory.estimate.capacity_bytes / GB:.1f} GB")
+    notes.append(_slice_note(request, hardware, chips))
     for left in untimed:
         notes.append(f"{left.label} not timed as a whole step: its ops alone take "
                      f"{ops_bound(left.plan, whole, model.layers):.4g} s, no less than the best's simulated "

@@ -24,7 +24,9 @@ authors' schedule, so it is what gets timed. LS and RS move only the two half pa
 reads the moving operand's half-blocks from its gathered copy, and a final all-gather along B plus a local
 pick returns every half to its home.
 
-Neither variant has a data-independent gather to prefetch, so the ``prefetch`` policy does not apply.
+The data-independent operand's first move (the weight; RS: the saved activation), its skew in ``textbook`` and its
+all-gather in ``bidirectional-halves``, follows the prefetch policy like every algorithm's first transfer: under
+``previous-op``, ``previous-gemm`` and ``window`` it may start before the GeMM (docs/algorithms.md#prefetch-policy).
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from __future__ import annotations
 from typing import Any
 
 from tpusim.collectives.device import Device
+from tpusim.collectives.early import EarlyTransfer
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
-from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.dataflow import GemmProblem, Move
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import operand_blocks
@@ -97,7 +100,10 @@ class Cannon(GemmAlgorithm):
         ranks = (dev.rank(ctx.axis(0)), dev.rank(ctx.axis(1)))
         moves = roles.gathers
         held = {"x": x, "w": w}
-        skews = [dev.shift(held[mv.operand], ctx.axis(mv.axis), -ranks[1 - mv.axis] % n) for mv in moves]
+        # the data-independent operand's skew may have started early (``early_transfers``)
+        skews = [dev.take_prefetched(transfer, held[mv.operand]) if mv.operand == roles.prefetchable
+                 else dev.start_transfer(transfer, held[mv.operand])
+                 for mv in moves for transfer in (self._skew(dev, ctx, mv),)]
         current = dict(zip((mv.operand for mv in moves), (yield dev.wait(*skews)), strict=True))
         acc: Any = None  # OS: the stationary output; LS/RS: the circulating partial output (possibly in flight)
         for s in range(n):
@@ -126,7 +132,9 @@ class Cannon(GemmAlgorithm):
         start = (ranks[0] + ranks[1]) % n
         moves = roles.gathers
         held = {"x": x, "w": w}
-        gathers = [dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim) for mv in moves]
+        gathers = [dev.gather_prefetchable(mv.operand, held[mv.operand], ctx.axis(mv.axis), mv.dim)
+                   if mv.operand == roles.prefetchable else dev.all_gather(held[mv.operand], ctx.axis(mv.axis), mv.dim)
+                   for mv in moves]
         panels = {mv.operand: p.split(mv.dim, n) for mv, p in zip(moves, (yield dev.wait(*gathers)), strict=True)}
         directions = (-1, 1)  # half 0 walks toward lower rank, half 1 toward higher rank
         if roles.reduce is None:
@@ -165,6 +173,24 @@ class Cannon(GemmAlgorithm):
         # half h of this chip's block finished on the chip r_B = home - p - d (see the module docstring)
         return concat([blocks[(home - p - d) % n].split(out.dim, 2)[h] for h, d in enumerate(directions)],
                       out.dim)
+
+    @staticmethod
+    def _skew(dev: Device, ctx: GemmContext, mv: Move) -> EarlyTransfer:
+        """The textbook skew of moving operand ``mv`` on this chip: rank r receives from r + r_(1-a)."""
+        n = ctx.size(0)
+        return EarlyTransfer(mv.operand, CollectiveOp.SHIFT, ctx.axis(mv.axis),
+                             offset=-dev.rank(ctx.axis(1 - mv.axis)) % n)
+
+    def early_transfers(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> list[tuple[EarlyTransfer,
+                                                                                                   Tensor]]:
+        """The data-independent operand's first move (the weight; RS: the saved activation): its skew
+        (textbook) or its all-gather (bidirectional-halves)."""
+        held = {"x": x, "w": w}
+        moves = [mv for mv in ctx.roles.gathers if mv.operand == ctx.roles.prefetchable]
+        if variant_of(ctx.params) == HALVES:
+            return [(EarlyTransfer(mv.operand, CollectiveOp.ALL_GATHER, ctx.axis(mv.axis), dim=mv.dim),
+                     held[mv.operand]) for mv in moves]
+        return [(self._skew(dev, ctx, mv), held[mv.operand]) for mv in moves]
 
     def terms(self, ctx: GemmContext, costs: CostModel) -> dict[str, float]:
         """Per-operation times: ``g`` (one step's GeMM), ``roll`` (slowest one-step shift), ``skew`` (slowest
