@@ -72,6 +72,10 @@ def _strict_json(text: str) -> Any:
 CHIPS_LIMIT = "exceeds the limit of 65536 chips (of a mesh, a topology or a tuning run); valid: up to 65536 " \
               "(raise it with TPUSIM_LIMITS_CHIPS=N, see docs/limits.md)"
 
+TRACE_CHIPS_LIMIT = ("trace chips: chip list '0-1000000000' names chip 1000000000, beyond any mesh within the limit "
+                     "of 65536 chips; valid: chip ids 0-65535 of the traced mesh (raise the limit with "
+                     "TPUSIM_LIMITS_CHIPS=N, see docs/limits.md)")
+
 OVERSIZED = [
     pytest.param([*STEP, "--chips", "1000000000", "--mesh", "32x31250000", "--slices", "1"],
                  f"mesh '32x31250000' has 1000000000 chips, which {CHIPS_LIMIT}", id="step-billion-chips"),
@@ -94,6 +98,12 @@ OVERSIZED = [
                  "1048576 (raise it with TPUSIM_LIMITS_BATCH=N, see docs/limits.md)", id="step-batch"),
     pytest.param(["tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "256", "--batch", "2000000"],
                  "--batch '2000000' exceeds the limit of 1048576 sequences of a global batch", id="tune-batch"),
+    *(pytest.param([*argv, trace, "t.json", "--trace-chips", "0-1000000000"], TRACE_CHIPS_LIMIT,
+                   id=f"trace-chips-{name}")
+      for name, argv, trace in [("gemm", [*GEMM, "--m", "64", "--n", "64", "--k", "64"], "--trace"),
+                                ("step", [*STEP, "--mesh", "4x4"], "--trace"),
+                                ("tune", ["tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "16"],
+                                 "--trace-best")]),
     pytest.param([*GEMM, "--m", HUGE, "--n", "64", "--k", "64"],
                  f"--m '{HUGE[:39]}... (334 characters) exceeds the limit of 16777216 elements along a GeMM "
                  "dimension", id="m-beyond-float"),
@@ -304,3 +314,14 @@ def test_a_profile_chunk_cap_beyond_the_limit_is_refused(tmp_path: Path) -> None
     argv = [*ALL_GATHER, "--hardware", str(tmp_path / "big.yaml"), "--topology", "4x4x4", "--mesh", "16x4"]
     assert "ici.max_chunks: 1000000000 exceeds the limit of 4096 pipelined chunks per message" in _refused(
         _tpusim(argv, tmp_path))
+
+
+def test_trace_chips_are_bounded_before_expansion_in_the_api(tmp_path: Path) -> None:
+    gemm = {"hardware": "meshslice-tpu-fit", "mesh": "2x2", "algorithm": "summa", "dataflow": "os", "m": 64,
+            "n": 64, "k": 64, "trace": str(tmp_path / "t.json")}
+    with pytest.raises(UserError) as info:
+        api.gemm(**gemm, trace_chips="0-3,5,0-1000000000")
+    assert str(info.value) == TRACE_CHIPS_LIMIT.replace("'0-1000000000'", "'0-3,5,0-1000000000'")
+    with pytest.raises(UserError, match=r"^trace chips: chip 65535 does not exist on the 2x2 mesh; valid: 0-3$"):
+        api.gemm(**gemm, trace_chips="65535")
+    assert api.gemm(**gemm, trace_chips="0-1,3").notes[-1] == f"trace written to {tmp_path / 't.json'}"
