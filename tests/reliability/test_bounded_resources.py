@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
@@ -325,3 +326,41 @@ def test_trace_chips_are_bounded_before_expansion_in_the_api(tmp_path: Path) -> 
     with pytest.raises(UserError, match=r"^trace chips: chip 65535 does not exist on the 2x2 mesh; valid: 0-3$"):
         api.gemm(**gemm, trace_chips="65535")
     assert api.gemm(**gemm, trace_chips="0-1,3").notes[-1] == f"trace written to {tmp_path / 't.json'}"
+
+
+def _string_bomb(aliases: int = 110_000, length: int = 100_000) -> str:
+    """One long string anchored once and aliased ``aliases`` times: few nodes, ``aliases * length`` bytes."""
+    return ("name: strings\n" + POINT + "sweep:\n  exclude:\n    - hardware: &s " + "x" * length + "\n"
+            "    - hardware: [" + ",".join(["*s"] * aliases) + "]\n")
+
+
+def _text_before_aliases(bomb: str) -> int:
+    """Bytes of every scalar token before the alias list (the anchored string's once), as PyYAML's scanner sees
+    them: the count the loader must reach before its first alias."""
+    return sum(len(token.value) for token in yaml.scan(bomb.rsplit("[", 1)[0]) if isinstance(token, yaml.ScalarToken))
+
+
+def test_aliases_of_a_long_string_are_bounded_by_bytes(tmp_path: Path) -> None:
+    bomb = _string_bomb()
+    assert len(bomb) < limit_of("file_bytes") and bomb.count("*s") < limit_of("yaml_nodes")
+    (tmp_path / "strings.yaml").write_text(bomb)
+    before = _text_before_aliases(bomb)
+    uses = (2**26 - before) // 100_000 + 1  # the first alias past 2**26 bytes
+    assert _refused(_tpusim(["run", "strings.yaml", "--out", "out"], tmp_path)) == (
+        f"strings.yaml:14: the YAML expands to at least {before + uses * 100_000} bytes of text (aliases counted "
+        "at every "
+        "use), which exceeds the limit of 67108864 bytes of YAML scalar text after expanding aliases; valid: up to "
+        "67108864 (raise it with TPUSIM_LIMITS_YAML_BYTES=N, see docs/limits.md)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_text_bound_counts_each_alias_at_its_expanded_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "small.yaml"
+    bomb = _string_bomb(aliases=3, length=10)
+    path.write_text(bomb)
+    whole = _text_before_aliases(bomb) + 3 * 10  # the document's text, each of the three aliases in full
+    monkeypatch.setenv("TPUSIM_LIMITS_YAML_BYTES", str(whole))
+    assert load_experiment(path).name == "strings"
+    monkeypatch.setenv("TPUSIM_LIMITS_YAML_BYTES", str(whole - 1))
+    with pytest.raises(LimitError, match=rf"^.*small\.yaml:14: the YAML expands to at least {whole} bytes of text"):
+        load_experiment(path)
