@@ -51,7 +51,8 @@ class Limit:
 # A measurements table has one training-step simulation per row: the shipped table has 8 rows (5 kB); 1000 rows and
 # 1 MiB leave over 100x headroom. A run's results.json holds a few kB per point (2.4 kB for a GeMM point): a sweep at
 # the sweep_points limit (100,000 points) stays well under 1 GiB. A disk cache entry is one result, at most a few
-# hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom.
+# hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom. A YAML document's scalar text with its
+# aliases expanded is at most the file (1 MiB) without aliases; 64 MiB lets a file reuse every anchor 64 times over.
 LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (
     Limit("chips", 65536, "chips (of a mesh, a topology or a tuning run)"),
     Limit("chunks", 4096, "pipelined chunks per message"),
@@ -62,6 +63,7 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
     Limit("sweep_points", 100_000, "points of a sweep (grid product plus include)"),
     Limit("file_bytes", 2**20, "bytes of a YAML file"),
     Limit("yaml_nodes", 1_000_000, "YAML nodes after expanding aliases"),
+    Limit("yaml_bytes", 2**26, "bytes of YAML scalar text after expanding aliases"),
     Limit("measurement_bytes", 2**20, "bytes of a measurements CSV file"),
     Limit("measurement_rows", 1000, "rows of a measurements CSV file"),
     Limit("results_bytes", 2**30, "bytes of a run's results.json or run_meta.json read back"),

@@ -53,3 +53,28 @@ def test_request_fields_of_the_wrong_type_are_user_errors(call: Any, arguments: 
     with pytest.raises(UserError) as info:
         call(**{**base, **arguments})
     assert str(info.value).startswith(f"{field} ")
+
+
+GEMM_ARGUMENTS: dict[str, Any] = {"hardware": "meshslice-tpu-fit", "mesh": "2x2", "algorithm": "summa",
+                                  "dataflow": "os", "m": 64, "n": 64, "k": 64}
+
+
+@pytest.mark.parametrize("call, keyword, value, message", [
+    (api.gemm, "trace", 123, "trace 123 must be a file path (a str or pathlib.Path) or None"),
+    (api.step, "trace", ["t.json"], "trace ['t.json'] must be a file path (a str or pathlib.Path) or None"),
+    (api.tune, "trace_best", 1.5, "trace_best 1.5 must be a file path (a str or pathlib.Path) or None"),
+    (api.gemm, "trace_chips", 3, "trace_chips 3 must be a chip list like '0,3,5-7' (a str) or None"),
+])
+def test_trace_arguments_of_the_wrong_type_are_user_errors(tmp_path: Path, call: Any, keyword: str, value: Any,
+                                                           message: str) -> None:
+    arguments: dict[str, Any] = {
+        api.gemm: GEMM_ARGUMENTS,
+        api.step: {"hardware": "meshslice-sim", "model": "gpt3-175b", "mesh": "4x4", "algorithm": "collective"},
+        api.tune: {"hardware": "meshslice-sim", "model": "gpt3-175b", "chips": 16},
+    }[call]
+    if keyword == "trace_chips":
+        arguments = {**arguments, "trace": str(tmp_path / "t.json")}
+    with pytest.raises(UserError) as info:
+        call(**arguments, **{keyword: value})
+    assert str(info.value) == message
+    assert list(tmp_path.iterdir()) == []

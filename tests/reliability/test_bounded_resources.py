@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
@@ -72,6 +73,10 @@ def _strict_json(text: str) -> Any:
 CHIPS_LIMIT = "exceeds the limit of 65536 chips (of a mesh, a topology or a tuning run); valid: up to 65536 " \
               "(raise it with TPUSIM_LIMITS_CHIPS=N, see docs/limits.md)"
 
+TRACE_CHIPS_LIMIT = ("trace chips: chip list '0-1000000000' names chip 1000000000, beyond any mesh within the limit "
+                     "of 65536 chips; valid: chip ids 0-65535 of the traced mesh (raise the limit with "
+                     "TPUSIM_LIMITS_CHIPS=N, see docs/limits.md)")
+
 OVERSIZED = [
     pytest.param([*STEP, "--chips", "1000000000", "--mesh", "32x31250000", "--slices", "1"],
                  f"mesh '32x31250000' has 1000000000 chips, which {CHIPS_LIMIT}", id="step-billion-chips"),
@@ -94,6 +99,12 @@ OVERSIZED = [
                  "1048576 (raise it with TPUSIM_LIMITS_BATCH=N, see docs/limits.md)", id="step-batch"),
     pytest.param(["tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "256", "--batch", "2000000"],
                  "--batch '2000000' exceeds the limit of 1048576 sequences of a global batch", id="tune-batch"),
+    *(pytest.param([*argv, trace, "t.json", "--trace-chips", "0-1000000000"], TRACE_CHIPS_LIMIT,
+                   id=f"trace-chips-{name}")
+      for name, argv, trace in [("gemm", [*GEMM, "--m", "64", "--n", "64", "--k", "64"], "--trace"),
+                                ("step", [*STEP, "--mesh", "4x4"], "--trace"),
+                                ("tune", ["tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "16"],
+                                 "--trace-best")]),
     pytest.param([*GEMM, "--m", HUGE, "--n", "64", "--k", "64"],
                  f"--m '{HUGE[:39]}... (334 characters) exceeds the limit of 16777216 elements along a GeMM "
                  "dimension", id="m-beyond-float"),
@@ -304,3 +315,52 @@ def test_a_profile_chunk_cap_beyond_the_limit_is_refused(tmp_path: Path) -> None
     argv = [*ALL_GATHER, "--hardware", str(tmp_path / "big.yaml"), "--topology", "4x4x4", "--mesh", "16x4"]
     assert "ici.max_chunks: 1000000000 exceeds the limit of 4096 pipelined chunks per message" in _refused(
         _tpusim(argv, tmp_path))
+
+
+def test_trace_chips_are_bounded_before_expansion_in_the_api(tmp_path: Path) -> None:
+    gemm = {"hardware": "meshslice-tpu-fit", "mesh": "2x2", "algorithm": "summa", "dataflow": "os", "m": 64,
+            "n": 64, "k": 64, "trace": str(tmp_path / "t.json")}
+    with pytest.raises(UserError) as info:
+        api.gemm(**gemm, trace_chips="0-3,5,0-1000000000")
+    assert str(info.value) == TRACE_CHIPS_LIMIT.replace("'0-1000000000'", "'0-3,5,0-1000000000'")
+    with pytest.raises(UserError, match=r"^trace chips: chip 65535 does not exist on the 2x2 mesh; valid: 0-3$"):
+        api.gemm(**gemm, trace_chips="65535")
+    assert api.gemm(**gemm, trace_chips="0-1,3").notes[-1] == f"trace written to {tmp_path / 't.json'}"
+
+
+def _string_bomb(aliases: int = 110_000, length: int = 100_000) -> str:
+    """One long string anchored once and aliased ``aliases`` times: few nodes, ``aliases * length`` bytes."""
+    return ("name: strings\n" + POINT + "sweep:\n  exclude:\n    - hardware: &s " + "x" * length + "\n"
+            "    - hardware: [" + ",".join(["*s"] * aliases) + "]\n")
+
+
+def _text_before_aliases(bomb: str) -> int:
+    """Bytes of every scalar token before the alias list (the anchored string's once), as PyYAML's scanner sees
+    them: the count the loader must reach before its first alias."""
+    return sum(len(token.value) for token in yaml.scan(bomb.rsplit("[", 1)[0]) if isinstance(token, yaml.ScalarToken))
+
+
+def test_aliases_of_a_long_string_are_bounded_by_bytes(tmp_path: Path) -> None:
+    bomb = _string_bomb()
+    assert len(bomb) < limit_of("file_bytes") and bomb.count("*s") < limit_of("yaml_nodes")
+    (tmp_path / "strings.yaml").write_text(bomb)
+    before = _text_before_aliases(bomb)
+    uses = (2**26 - before) // 100_000 + 1  # the first alias past 2**26 bytes
+    assert _refused(_tpusim(["run", "strings.yaml", "--out", "out"], tmp_path)) == (
+        f"strings.yaml:14: the YAML expands to at least {before + uses * 100_000} bytes of text (aliases counted "
+        "at every "
+        "use), which exceeds the limit of 67108864 bytes of YAML scalar text after expanding aliases; valid: up to "
+        "67108864 (raise it with TPUSIM_LIMITS_YAML_BYTES=N, see docs/limits.md)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_text_bound_counts_each_alias_at_its_expanded_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "small.yaml"
+    bomb = _string_bomb(aliases=3, length=10)
+    path.write_text(bomb)
+    whole = _text_before_aliases(bomb) + 3 * 10  # the document's text, each of the three aliases in full
+    monkeypatch.setenv("TPUSIM_LIMITS_YAML_BYTES", str(whole))
+    assert load_experiment(path).name == "strings"
+    monkeypatch.setenv("TPUSIM_LIMITS_YAML_BYTES", str(whole - 1))
+    with pytest.raises(LimitError, match=rf"^.*small\.yaml:14: the YAML expands to at least {whole} bytes of text"):
+        load_experiment(path)

@@ -156,12 +156,19 @@ class _StrictLoader(yaml.SafeLoader):
     afterwards (validation, copying, hashing) sees every use in full: nine nested lists of nine aliases are 9**9
     nodes from a few hundred bytes ("billion laughs"). So each node's expanded size (itself plus its children's,
     an alias counting the full size of its anchor) is computed as it is composed and checked against the limit.
+    Counting nodes alone lets one long string through: 100,000 aliases of a 100 kB string are 100,001 nodes but
+    10 GB of text once walked, so the bytes of scalar text each node holds with its aliases expanded are counted
+    alike and checked against the ``yaml_bytes`` limit.
     """
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
         self._expanded: dict[int, int] = {}  # id of a composed node -> its size with aliases expanded
+        self._text_bytes: dict[int, int] = {}  # id of a composed node -> its scalar text's bytes, aliases expanded
+        # text met so far, each alias at its anchor's expanded size: at most the document's expanded text, so it is
+        # checked at every alias and a document of 100,000 aliases is refused at the first few hundred
+        self._text_so_far = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         mark: yaml.Mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
@@ -169,6 +176,8 @@ class _StrictLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
             if id(node) not in self._expanded:
                 raise _TooLarge("an alias refers to a collection that contains it (a recursive alias)", mark, False)
+            self._text_so_far += self._text_bytes[id(node)]
+            self._check_text(self._text_so_far, mark)
             return node
         self._depth += 1
         if self._depth > MAX_YAML_DEPTH:
@@ -178,13 +187,28 @@ class _StrictLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        size = 1 + sum(self._expanded[id(child)] for child in _children(node))
+        children = _children(node)
+        size = 1 + sum(self._expanded[id(child)] for child in children)
         self._expanded[id(node)] = size
         too_many = exceeds("yaml_nodes", size)
         if too_many is not None:
             raise _TooLarge(f"the YAML expands to {size} nodes (aliases counted at every use), "
                             f"which {too_many}", mark, True)
+        if isinstance(node, yaml.ScalarNode):
+            text = len(node.value.encode("utf-8", "surrogatepass"))
+            self._text_so_far += text
+        else:
+            text = sum(self._text_bytes[id(child)] for child in children)
+        self._text_bytes[id(node)] = text
+        self._check_text(max(text, self._text_so_far), mark)
         return node
+
+    @staticmethod
+    def _check_text(text: int, mark: yaml.Mark) -> None:
+        too_long = exceeds("yaml_bytes", text)
+        if too_long is not None:
+            raise _TooLarge(f"the YAML expands to at least {text} bytes of text (aliases counted at every "
+                            f"use), which {too_long}", mark, True)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()

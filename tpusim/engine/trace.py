@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from tpusim.engine.hbm import SETTLED
-from tpusim.errors import OutputPathError
+from tpusim.errors import OutputPathError, echo
 from tpusim.files import DIRECTORY, target_kind, unsafe_target, write_atomic
+from tpusim.limits import LIMITS, limit_of, shorten
 
 if TYPE_CHECKING:
     from tpusim.topology import MeshMapping
@@ -347,17 +348,26 @@ def check_trace_path(path: Path) -> None:
 
 
 def parse_chip_list(text: str) -> frozenset[int]:
-    """``"0,3,5-7"`` -> {0, 3, 5, 6, 7}; raises ValueError quoting the text."""
-    chips: set[int] = set()
+    """``"0,3,5-7"`` -> {0, 3, 5, 6, 7}; raises ValueError quoting the text. Every range is checked before any is
+    expanded: a chip id must be below the ``chips`` limit (no mesh has more chips), so ``0-1000000000`` is refused
+    at once instead of building a billion-element set."""
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         try:
             lo, hi = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part), int(part))
         except ValueError:
-            raise ValueError(f"chip list {text!r} is not like '0,3,5-7'") from None
+            raise ValueError(f"chip list {echo(text)} is not like '0,3,5-7'") from None
         if hi < lo:
-            raise ValueError(f"chip list {text!r}: range '{part}' runs backwards; write it low-high ('{hi}-{lo}')")
-        chips.update(range(lo, hi + 1))
-    if any(c < 0 for c in chips):
-        raise ValueError(f"chip list {text!r} has a negative chip id")
-    return frozenset(chips)
+            raise ValueError(f"chip list {echo(text)}: range {echo(part)} runs backwards; write it "
+                             f"low-high ('{shorten(str(hi))}-{shorten(str(lo))}')")
+        ranges.append((lo, hi))
+    if any(lo < 0 for lo, _ in ranges):
+        raise ValueError(f"chip list {echo(text)} has a negative chip id")
+    bound = limit_of("chips")
+    highest = max(hi for _, hi in ranges)
+    if highest >= bound:
+        raise ValueError(f"chip list {echo(text)} names chip {shorten(str(highest))}, beyond any mesh within the "
+                         f"limit of {bound} chips; valid: chip ids 0-{bound - 1} of the traced mesh (raise the limit "
+                         f"with {LIMITS['chips'].env}=N, see docs/limits.md)")
+    return frozenset(chip for lo, hi in ranges for chip in range(lo, hi + 1))

@@ -148,7 +148,9 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
     result = simulate_gemm(problem, name, params, profile, mapping, verify=request.verify, seed=request.seed,
-                           tracer=tracer, fidelity=request.fidelity, context=context, link_busy=link_busy)
+                           tracer=tracer, fidelity=request.fidelity, context=context, link_busy=link_busy,
+                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
+                           link_overrides=parse_slow_links(request.slow_links, mapping) or None)
     if request.compat_mean_overlap:
         result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
     return result

@@ -6,14 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.engine.trace import Tracer, check_trace_path, parse_chip_list
-from tpusim.errors import OutputPathError, UserError
+from tpusim.errors import OutputPathError, UserError, echo
 
 __all__ = ["check_trace_chips", "finish_trace", "start_trace"]
 
 
 def start_trace(path: str | Path | None, chips: str | None, flag: str = "--trace") -> Tracer | None:
     """A tracer for ``path`` (None: no trace), recording only ``chips`` (e.g. ``"0,3,5-7"``) when given; ``flag``
-    is the option that names the file."""
+    is the option that names the file. The Python API hands these over as given, so their types are checked here
+    (a number as the path used to be a raw TypeError)."""
+    name = flag.lstrip("-").replace("-", "_")
+    if path is not None and not isinstance(path, str | Path):
+        raise UserError(f"{name} {echo(path)} must be a file path (a str or pathlib.Path) or None")
+    if chips is not None and not isinstance(chips, str):
+        raise UserError(f"trace_chips {echo(chips)} must be a chip list like '0,3,5-7' (a str) or None")
     if path is None:
         if chips:
             raise UserError(f"trace chips {chips!r} need a trace file ({flag} FILE)")

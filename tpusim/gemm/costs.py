@@ -29,8 +29,10 @@ class CostModel:
     them, where the caller has one)."""
 
     def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, dtype: str = "bf16", *,
-                 network: Network | None = None) -> None:
+                 network: Network | None = None, compute_slowdown: float = 1.0) -> None:
         self.hardware = hardware
+        self.compute_slowdown = compute_slowdown
+        """Factor on every local product's time (a straggler's ``--slow-chip`` factor)."""
         self.mapping = mapping
         self.network = network if network is not None else network_for(hardware, mapping)
         self.chip = ChipModel(hardware.chip)
@@ -78,8 +80,8 @@ class CostModel:
 
     def gemm(self, m: float, n: float, k: float, *, accumulate: bool = False) -> float:
         """A local product; ``accumulate``: one of several adding into a partial output kept in HBM."""
-        return self.chip.gemm_time(int(m), int(n), int(k), in_bytes=self.itemsize, out_bytes=self.itemsize,
-                                   accumulate=accumulate)
+        return self.compute_slowdown * self.chip.gemm_time(int(m), int(n), int(k), in_bytes=self.itemsize,
+                                                           out_bytes=self.itemsize, accumulate=accumulate)
 
     @property
     def ring(self) -> Ring:

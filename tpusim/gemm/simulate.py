@@ -8,6 +8,7 @@ its closed-form twin, and the critical chip's compute / exposed-communication / 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
+from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -86,13 +88,15 @@ def check_gemm(algorithm: GemmAlgorithm, problem: GemmProblem, mesh: tuple[int, 
 
 def analytic_gemm(
     algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams, hardware: HardwareProfile,
-    mapping: MeshMapping, *, network: Network | None = None,
+    mapping: MeshMapping, *, network: Network | None = None, compute_slowdown: float = 1.0,
 ) -> float | None:
     """The algorithm's twin, or None where the collectives have no closed form (on ``network``, the model of
-    ``hardware`` and ``mapping``, where the caller has built it)."""
+    ``hardware`` and ``mapping``, where the caller has built it). ``compute_slowdown`` times every local product,
+    as ``--slow-chip`` times a straggler's (the twin of a mesh whose every chip is that slow)."""
     try:
         ctx = GemmContext(problem, params, mapping.shape)
-        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype, network=network))
+        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype, network=network,
+                                                 compute_slowdown=compute_slowdown))
     except NoClosedForm:
         return None
 
@@ -111,45 +115,80 @@ def simulate_gemm(
     context: Context | None = None,
     link_busy: LinkBusy | None = None,
     network: Network | None = None,
+    chip_slowdown: Mapping[int, float] | None = None,
+    link_overrides: Mapping[int, LinkOverride] | None = None,
 ) -> GemmResult:
     """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring. ``link_busy``, when given,
     receives every directed link's busy seconds (the run is then never served from the cache). ``network``: the
     request's model of ``hardware`` and ``mapping`` without overrides, on ``context``, where the caller built it
-    (the cache key assumes none)."""
+    (the cache key assumes none). ``chip_slowdown`` and ``link_overrides`` are the what-ifs of
+    ``tpusim.engine.overrides``, as a step takes them: a straggler's compute and a slow link's transfers, in the
+    simulation and in its closed form alike."""
     context = context if context is not None else Context()
+    slowdown = dict(chip_slowdown or {})
+    overrides = dict(link_overrides or {})
     if network is None:
-        network = network_for(hardware, mapping, context=context)
-    elif network.link_overrides or network.context is not context:
+        network = network_for(hardware, mapping, context=context, link_overrides=overrides or None)
+    elif network.link_overrides or network.context is not context or overrides:
         raise ValueError("simulate_gemm takes a network without link overrides, on its own context")
+    what_if = _WhatIf(slowdown, overrides)
     cacheable = tracer is None and link_busy is None and not verify and fidelity is not Fidelity.ANALYTIC
     if not cacheable:
-        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, link_busy)
+        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, what_if,
+                              link_busy)
     # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
-    obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, network)
+    obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, network, overrides=what_if.any)
     resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
-    key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved)
+    key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved,
+                    *what_if.key)
     cached = context.timings.get(key)
     if cached is not None:
         return GemmResult(**cached)
-    result = _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity)
+    result = _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, what_if)
     context.timings.put(key, result.to_dict())
     return result
 
 
+@dataclass(frozen=True)
+class _WhatIf:
+    """A run's straggler chips (chip id -> factor on its compute) and slowed links (link id -> override)."""
+
+    chip_slowdown: dict[int, float]
+    link_overrides: dict[int, LinkOverride]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.chip_slowdown or self.link_overrides)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What the cache key adds (nothing without what-ifs, so earlier entries stay valid)."""
+        return (self.chip_slowdown, self.link_overrides) if self.any else ()
+
+    @property
+    def slowest(self) -> float:
+        """The largest compute factor: a GeMM's closed form charges every chip's products at the slowest chip's
+        pace (each step of a distributed GeMM waits for its slowest member)."""
+        return max(self.chip_slowdown.values(), default=1.0)
+
+
 def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, network: Network, verify: bool,
-                   seed: int, tracer: Tracer | None, fidelity: Fidelity,
+                   seed: int, tracer: Tracer | None, fidelity: Fidelity, what_if: _WhatIf,
                    link_busy: LinkBusy | None = None) -> GemmResult:
     hardware, mapping = network.hardware, network.mapping
     algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
     check_gemm(algorithm, problem, mesh, params)
-    obstacle = symmetric_obstacle(algorithm, params, network, payload=verify)
+    obstacle = symmetric_obstacle(algorithm, params, network, overrides=what_if.any, payload=verify)
     fidelity, why = resolve_fidelity(fidelity, obstacle)
     if fidelity is Fidelity.ANALYTIC:
         if link_busy is not None:
             raise InfeasibleError("fidelity analytic simulates no links, so it has no link busy times; "
                                   "use auto, symmetric or full")
-        return _analytic_result(algorithm, problem, params, network)
+        if what_if.link_overrides:
+            raise InfeasibleError("fidelity analytic: the closed form describes the network without --slow-link "
+                                  "overrides", "use auto or full")
+        return _analytic_result(algorithm, problem, params, network, what_if.slowest)
     symmetric = fidelity is Fidelity.SYMMETRIC
     ctx = GemmContext(problem, params, mesh)
     sharding = algorithm.sharding(problem, mesh)
@@ -166,7 +205,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         wd = None if w_global is None else take_block(w_global, sharding.w, mesh, dev.index)
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
-    sim = Simulation(hardware, mapping, tracer=tracer)
+    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=what_if.chip_slowdown)
     reps = representative_chips(algorithm, params, network) if symmetric else None
     runtime = CollectiveRuntime(sim, network, representatives=reps)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
@@ -180,9 +219,12 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         dense = problem.dense(x_global, w_global)
         got = assemble({(i[0], i[1]): t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network)
+    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network,
+                         compute_slowdown=what_if.slowest)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
+    elif what_if.link_overrides:
+        notes.append("per-link overrides: the closed form describes the network without them")
     if symmetric and run.transfers:
         notes.append("symmetric fidelity: representative chips only; per-link totals are not reported"
                      + ("" if link_busy is None else " in the result (the link map fills in every link)"))
@@ -203,10 +245,11 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
 
 
 def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams,
-                     network: Network) -> GemmResult:
+                     network: Network, compute_slowdown: float) -> GemmResult:
     """The twin alone, shaped as a result (no simulation: breakdown fields hold what the form gives)."""
     hardware, mapping = network.hardware, network.mapping
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network)
+    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network,
+                         compute_slowdown=compute_slowdown)
     if twin is None:
         raise InfeasibleError("fidelity analytic: no closed form covers this mapping; use auto or full")
     mesh = mapping.shape
