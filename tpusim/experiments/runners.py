@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tpusim.collectives.factory import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.config.hardware import PhysicalProfile
 from tpusim.config.requests import (
     EVERY_ALGORITHM,
     EVERY_ZERO_STAGE,
@@ -34,11 +35,11 @@ from tpusim.engine.overrides import parse_slow_chips, parse_slow_links
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.experiments.finite import finite_result
-from tpusim.experiments.footprint import check_gemm_memory, check_step_memory
+from tpusim.experiments.footprint import check_collective_memory, check_gemm_memory, check_step_memory
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.topology import MeshMapping
 from tpusim.units import parse_size
-from tpusim.vocabulary import ZERO_STAGES, Activation, Dataflow, Precision, Prefetch
+from tpusim.vocabulary import ZERO_STAGES, Activation, CollectiveOp, Dataflow, Precision, Prefetch, Ring
 
 if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
@@ -121,6 +122,10 @@ def run_collective(request: CollectiveRequest, context: Context | None = None,
     """One collective on every group of ``request.axis`` (its per-link busy seconds into ``link_busy``)."""
     profile, mapping = _placed(request, context)
     _check_links(profile, mapping, link_busy)
+    axis = mapping.axes[request.axis]
+    most_chunks = profile.ici.max_chunks if isinstance(profile, PhysicalProfile) else 1
+    check_collective_memory(CollectiveOp(request.op), mapping.num_chips, axis.size, request.chunks, most_chunks,
+                            closed=all(group.closed for group in axis.groups[:1]), ring=Ring(request.ring))
     spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks or 0,
                           request.root, request.offset)
     return simulate_collective(spec, profile, mapping, tracer=tracer,
