@@ -68,14 +68,16 @@ def test_calibrated_requires_calibration_block() -> None:
 
 def test_physical_rejects_calibration_block() -> None:
     assert _error(_profile(calibration=CALIBRATION)).startswith(
-        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, dcn, description, host, ici, kind, "
+        "hw.yaml: unknown key 'calibration' at top level; valid keys: base, chip, combine_threshold, dcn, description, "
+        "host, ici, kind, "
         "multi_axis, name, "
     )
 
 
 def test_calibrated_rejects_links() -> None:
     assert _error(_calibrated(ici={"link_bandwidth": 1e9, "hop_latency": 1e-6})).startswith(
-        "hw.yaml: unknown key 'ici' at top level; valid keys: base, calibration, chip, description, kind, name, "
+        "hw.yaml: unknown key 'ici' at top level; valid keys: base, calibration, chip, combine_threshold, description, "
+        "kind, name, "
     )
 
 

@@ -104,7 +104,15 @@ def _nan_with_digest(path: Path) -> None:
     path.write_text(json.dumps(entry))
 
 
-@pytest.mark.parametrize("damage", [_edit_time, _truncate, _foreign, _old_format, _nan_with_digest])
+def _forged(path: Path) -> None:
+    # a plausible value with its plain hash recomputed: only the folder's key makes a digest that verifies
+    entry = json.loads(path.read_text())
+    entry["value"]["time_s"] *= 2
+    entry["digest"] = cache_key(entry["value"])
+    path.write_text(json.dumps(entry))
+
+
+@pytest.mark.parametrize("damage", [_edit_time, _truncate, _foreign, _old_format, _nan_with_digest, _forged])
 def test_damaged_disk_entries_are_recomputed_and_replaced(tmp_path: Path, damage: Callable[[Path], None]) -> None:
     fresh, again, rejected = _recomputed_after(tmp_path, damage)
     assert again == fresh

@@ -89,6 +89,13 @@ def test_dask_local_cluster_gives_identical_files(tmp_path: Path) -> None:
         assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes()
 
 
+def test_a_local_dask_cluster_starts_at_most_one_worker_per_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    cpus = os.cpu_count() or 1
+    summary = run_experiment(write(tmp_path), tmp_path / "dask", executor="dask", jobs=cpus + 62)
+    assert f"--jobs {cpus + 62} is more than this machine's {cpus} CPUs; ran {cpus} worker processes" in summary.notes
+
+
 def test_sigkill_half_way_then_resume_completes_identically(tmp_path: Path) -> None:
     path = write(tmp_path)
     run_experiment(path, tmp_path / "clean")

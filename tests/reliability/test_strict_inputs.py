@@ -13,6 +13,7 @@ import pytest
 
 from tests.reliability.files import TINY_GEMM_POINT
 from tpusim.cli.main import main
+from tpusim.experiments.spec import expand, load_experiment
 
 GEMM = ["gemm", "--hardware", "meshslice-tpu-fit", "--mesh", "4x4", "--algorithm", "summa", "--dataflow", "os",
         "--m", "64", "--n", "64", "--k", "64"]
@@ -67,3 +68,12 @@ def test_resume_refuses_an_out_of_range_point_index(tmp_path: Path, capsys: pyte
     assert status == 2
     assert err == [f"{str(out / 'results.json')!r}: finished point #0 is malformed (its 'index' must be a distinct "
                    "integer in 0..1, its 'row' and 'point' objects); it cannot be resumed (use another --out folder)"]
+
+
+def test_exclude_compares_quantities_not_their_spelling(tmp_path: Path) -> None:
+    # 1MB is 1000000 bytes and 4194304 is 4MiB: a pattern excludes the point whichever way either is written
+    path = tmp_path / "sizes.yaml"
+    path.write_text("name: sizes\ndescription: x\npoint:\n  kind: collective\n  hardware: meshslice-tpu-fit\n"
+                    "  mesh: 4x4\n  op: all-gather\n  axis: 1\n  bytes: 1MB\nsweep:\n  grid:\n"
+                    "    bytes: [1MB, 2MB, 4194304]\n  exclude:\n    - {bytes: 1000000}\n    - {bytes: 4MiB}\n")
+    assert [point.bytes for point in expand(load_experiment(path))] == ["2MB"]

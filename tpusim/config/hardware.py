@@ -256,6 +256,11 @@ class HardwareProfile(FrozenModel):
         return None
 
     @property
+    def most_chunks(self) -> int:
+        """The most chunks a collective's message is cut into (``ici.max_chunks``; 1 without links)."""
+        return 1
+
+    @property
     def host_link(self) -> HostSpec | None:
         """Each chip's link to host memory (activation offload); None where the profile has none."""
         return None
@@ -350,6 +355,10 @@ class PhysicalProfile(HardwareProfile):
     @property
     def slice_network(self) -> DcnSpec | None:
         return self.dcn
+
+    @property
+    def most_chunks(self) -> int:
+        return self.ici.max_chunks
 
     @property
     def host_link(self) -> HostSpec | None:

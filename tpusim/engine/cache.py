@@ -7,12 +7,13 @@ folder the user names (``--cache DIR`` or ``TPUSIM_CACHE_DIR``), one JSON file p
 temporary file and a rename.
 
 A disk entry is an envelope ``{"format", "key", "digest", "value"}``: it is used only when it names the key it is
-filed under, its value hashes to its digest, and its numbers are sound (``engine.result.bad_number``: finite, no
-negative time, byte count or ratio). Anything else (a truncated, foreign, corrupted or hand-edited file) counts
-as a miss, so the result is recomputed and the entry replaced (docs/results.md, "Caching"). So does an entry that
-is not a regular file (a FIFO, a device, a directory, a link: read through ``tpusim.files``, never followed nor
-blocked on) or is larger than the limit ``cache_entry_bytes``; one that is not a regular file is not replaced either
-(``ignored`` says so, for a note).
+filed under, its digest is the value's keyed digest under the cache folder's own key (``tpusim.keys``:
+HMAC-SHA256, so an edited value with a recomputed plain hash is not believed), and its numbers are sound
+(``engine.result.bad_number``: finite, no negative time, byte count or ratio). Anything else (a truncated,
+foreign, corrupted, hand-edited or forged file) counts as a miss, so the result is recomputed and the entry
+replaced (docs/results.md, "Caching"). So does an entry that is not a regular file (a FIFO, a device, a directory,
+a link: read through ``tpusim.files``, never followed nor blocked on) or is larger than the limit
+``cache_entry_bytes``; one that is not a regular file is not replaced either (``ignored`` says so, for a note).
 
 A disk entry that cannot be written (a full disk, a file size limit, a read-only folder) loses nothing but the
 entry: the result is returned all the same, and the first such failure is kept in ``write_failure`` for the command
@@ -34,9 +35,10 @@ from typing import Any
 from tpusim.engine.result import bad_number
 from tpusim.errors import OutputPathError
 from tpusim.files import FileRefused, UnsafePathError, read_bounded, target_kind, write_atomic
+from tpusim.keys import KEY_NAME, folder_key, keyed_digest, verified
 
 _MEMORY_ENTRIES = 4096
-_FORMAT = 3  # 3: step results carry named_layout, so older entries no longer make a result
+_FORMAT = 4  # 4: keyed digests (3: step results carry named_layout); older entries are misses
 
 
 def _default(value: Any) -> Any:
@@ -56,12 +58,14 @@ def cache_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _unwrap(key: str, entry: Any) -> dict[str, Any] | None:
-    """The value of a disk entry, or None when the entry is not a sound envelope for ``key``."""
+def _unwrap(key: str, entry: Any, secret: bytes | None) -> dict[str, Any] | None:
+    """The value of a disk entry, or None when the entry is not a sound envelope for ``key`` under the folder's
+    ``secret`` (None: the folder's key could not be read, so nothing there is believed)."""
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
         return None
     value = entry.get("value")
-    if not isinstance(value, dict) or entry.get("digest") != cache_key(value) or bad_number(value) is not None:
+    if (secret is None or not isinstance(value, dict) or bad_number(value) is not None
+            or not verified(secret, value, entry.get("digest"))):
         return None
     return value
 
@@ -92,6 +96,7 @@ class TimingCache:
         """The first disk entry that could not be written, as one line saying why (None: every write worked)."""
         self.ignored: str | None = None
         """The first disk entry that is not a regular file, so neither read nor replaced, as one line."""
+        self._secret: bytes | None = None  # the folder's key, read (or made) at its first use
 
     def get(self, key: str) -> dict[str, Any] | None:
         if not self.enabled:
@@ -102,7 +107,7 @@ class TimingCache:
             if os.path.lexists(path):
                 try:
                     text = read_bounded(path, "cache entry", "cache_entry_bytes", follow=False)
-                    value = _unwrap(key, json.loads(text.decode()))
+                    value = _unwrap(key, json.loads(text.decode()), self._folder_secret())
                 except (FileRefused, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                     value = None
                 if value is None:
@@ -119,10 +124,13 @@ class TimingCache:
             return
         self._remember(key, value)
         if self.folder is not None and bad_number(value) is None:
-            entry = {"format": _FORMAT, "key": key, "digest": cache_key(value), "value": value}
             path = self.folder / f"{key}.json"
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)
+                secret = self._folder_secret()
+                if secret is None:
+                    raise OSError(None, f"the cache folder's key file {str(self.folder / KEY_NAME)!r} cannot be used")
+                entry = {"format": _FORMAT, "key": key, "digest": keyed_digest(secret, value), "value": value}
                 write_atomic(path, json.dumps(entry, sort_keys=True, allow_nan=False), "cache entry")
             except UnsafePathError:
                 kind = target_kind(path)
@@ -131,6 +139,15 @@ class TimingCache:
                                     "replaced (the result was computed)")
             except OSError as error:
                 self._failed(f"cannot write the cache entry {str(path)!r}: {error.strerror or error}")
+
+    def _folder_secret(self) -> bytes | None:
+        """The cache folder's key (made there on first use); None where it cannot be read or made."""
+        if self._secret is None and self.folder is not None and self.folder.is_dir():
+            try:
+                self._secret = folder_key(self.folder, "cache folder")
+            except (FileRefused, OSError):
+                return None
+        return self._secret
 
     def _failed(self, why: str) -> None:
         """Keep the first write failure; the result it was for is kept in memory and returned all the same."""

@@ -122,7 +122,7 @@ def run_experiment(
     if scheduler is not None and executor != "dask":
         raise UserError(f"--scheduler {scheduler!r} needs --executor dask (the {executor} executor runs here)")
     notes: list[str] = []
-    if executor == "local":
+    if executor == "local" or scheduler is None:  # a LocalCluster's workers are processes of this machine too
         jobs, capped = worker_count(jobs)
         notes.extend([capped] if capped else [])
     if timeout is not None and executor == "dask":

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from tpusim.collectives.factory import place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.config.hardware import PhysicalProfile
 from tpusim.config.requests import (
     EVERY_ALGORITHM,
     EVERY_ZERO_STAGE,
@@ -123,8 +122,7 @@ def run_collective(request: CollectiveRequest, context: Context | None = None,
     profile, mapping = _placed(request, context)
     _check_links(profile, mapping, link_busy)
     axis = mapping.axes[request.axis]
-    most_chunks = profile.ici.max_chunks if isinstance(profile, PhysicalProfile) else 1
-    check_collective_memory(CollectiveOp(request.op), mapping.num_chips, axis.size, request.chunks, most_chunks,
+    check_collective_memory(CollectiveOp(request.op), mapping.num_chips, axis.size, request.chunks, profile.most_chunks,
                             closed=all(group.closed for group in axis.groups[:1]), ring=Ring(request.ring))
     spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks or 0,
                           request.root, request.offset)

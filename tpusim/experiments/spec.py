@@ -21,6 +21,7 @@ from tpusim.config.loader import load_yaml, validate
 from tpusim.config.requests import REQUESTS
 from tpusim.errors import ConfigError, UserError, closest
 from tpusim.limits import LimitError, exceeds
+from tpusim.units import UnitError, parse_size
 
 
 def load_experiment(name_or_path: Path | str) -> Experiment:
@@ -50,9 +51,22 @@ def _matches(point: dict[str, Any], pattern: dict[str, Any]) -> bool:
             if not isinstance(node, dict) or key not in node:
                 return False
             node = node[key]
-        if node != value:
+        if not _same(node, value):
             return False
     return True
+
+
+def _same(value: Any, pattern: Any) -> bool:
+    """Whether a point's value is the pattern's: equal, or the same quantity written two ways (``1MB`` and
+    ``1000000``, ``"16"`` and ``16``), which the point's validation would read alike."""
+    if value == pattern:
+        return True
+    if not (isinstance(value, str) or isinstance(pattern, str)):
+        return False
+    try:
+        return parse_size(value, allow_zero=True) == parse_size(pattern, allow_zero=True)
+    except UnitError:
+        return False
 
 
 def _kind_fields(kind: str) -> set[str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpusim.collectives.factory import network_for, place_mesh, takes_data_axis
-from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
+from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.gemm.dataflow import GemmProblem
@@ -302,9 +302,9 @@ def _slice_note(request: TuneSpec, hardware: HardwareProfile, chips: int) -> str
     search covers one slice shape; trying every legal one is not built."""
     if request.topology is not None:
         return f"slice shape: {request.topology} (--topology)"
-    if not isinstance(hardware, PhysicalProfile):
+    if hardware.multi_axis_shown is None:  # no physical axes: nothing is laid on a slice
         return "slice shape: none (a calibrated profile simulates one abstract ring per axis)"
-    rules = hardware.slices or TPUV4_RULES
+    rules = hardware.slice_rules or TPUV4_RULES
     shape = dict(rules.defaults).get(chips)
     others = [s for s in slice_shapes_for(chips, rules) if s != shape]
     untried = f"; not tried: {', '.join(others)} (tune on one with --topology)" if others else ""
