@@ -12,7 +12,7 @@ of every replica hold the same shard of every weight, so they synchronise it ove
 - **weights**: under ZeRO 3 each weight matrix is all-gathered from its D shards before its use in the forward pass
   and again before its first use in the backward pass (its recomputed forward GeMM under recomputation, else its
   backward-data GeMM), one collective ahead: the next collective's gather starts as this one's weights are first
-  used, and a matrix is freed after its last use in the pass (``tpusim.model.working_set`` counts these buffers).
+  used, and a matrix is freed after its last use in the pass.
   Under stages 1 and 2 the weights updated shard by shard are all-gathered once per step, one collective ahead of
   their forward use (the gather that follows the previous step's update, which the periodic step issues at its
   start); stage 0 updates replicated weights and gathers nothing.

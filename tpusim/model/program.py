@@ -107,7 +107,7 @@ def step_sequence(plan: StepPlan, layers: int) -> list[Entry]:
     return sequence + [(op, -1) for op in update]
 
 
-def weight_uses(data: DataParallelPlan, ops: Sequence[Entry]) -> list[tuple[int, tuple[int, str]]]:
+def _weight_uses(data: DataParallelPlan, ops: Sequence[Entry]) -> list[tuple[int, tuple[int, str]]]:
     """(position, (block, collective)) of every op of a pass that reads a gathered weight matrix: its forward
     GeMMs (recomputed ones too) and backward-data GeMMs; a backward-weight GeMM reads activations and gradients
     only. The collective is the one of ``data.parts`` that gathers the matrix."""
@@ -118,7 +118,7 @@ def weight_uses(data: DataParallelPlan, ops: Sequence[Entry]) -> list[tuple[int,
 def _gathered_pass(data: DataParallelPlan, ops: list[Entry]) -> list[Entry]:
     """``ops`` with each collective's weights gathered one ahead: the pass's first gather first, then each next
     one's as the one before it is first used, and a wait before every first use."""
-    uses = weight_uses(data, ops)
+    uses = _weight_uses(data, ops)
     seen: set[tuple[int, str]] = set()
     first = []
     for k, (_, unit) in enumerate(uses):
