@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=positive_number_arg("--timeout"),
                    help="stop any point still running after this many seconds (its row says so; exit 1 at the end)")
     p.add_argument("--connect-timeout", type=positive_number_arg("--connect-timeout"),
-                   help="seconds to wait for the Dask --scheduler to answer (default: 10)")
+                   help="seconds to wait for the Dask --scheduler to answer, and for it to have a worker (default: 10)")
     p.add_argument("--yes", action="store_true", help="run sweeps larger than the file's max_points")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -1,17 +1,19 @@
 """Running an experiment: expand, check every input and path first, run points, keep what finishes.
 
-Points run on the chosen executor; each finished point is written at once (``results.ResultsFiles``).
-The folder is locked for the whole run (``lock``). ``resume`` skips points already in the folder's results,
-except those stopped before they finished. ``timeout`` stops a point that runs longer than that many seconds
-(``workers``): its row says so, the rest of the sweep runs, and the run ends with exit status 1. A point that
-could not be simulated keeps its error in its row; ``tpusim run`` then ends with ``POINT_ERRORS_EXIT``. Every name
-a point uses is checked before the first one runs (``names``). SIGINT and
-SIGTERM stop the run cleanly (``interrupts``): the workers are stopped, finished points kept, exit status 128 +
-the signal. A results file that cannot be written (a full disk, a file size limit) ends the run with one line,
-exit status 2, the files written before intact. A fault-injection variable, ``TPUSIM_FAULT_KILL_AFTER=n``, makes
-the run kill itself with SIGKILL after writing its n-th point (with ``TPUSIM_FAULT_KILL_FILE=FILE``, right after
-that one file is written): the tests use it to prove nothing is lost (``TPUSIM_FAULT_HANG_POINT``, in ``jobs``,
-makes points hang). The files, what a resumed run believes and when they are rewritten: ``results``.
+Points run on the chosen executor; each finished point is written at once (``results.ResultsFiles``). The folder is
+locked for the whole run (``lock``). ``resume`` skips points already in the folder's results, except those stopped
+before they finished. ``timeout`` stops a point that runs longer than that many seconds (``workers``): its row says
+so, the rest of the sweep runs, and the run ends with exit status 1; so does a run in which a point lost its worker
+(a local one, or a Dask worker on both of its tries, ``executors``). A Dask scheduler without workers for the
+connect timeout ends the run with one line, exit status 2, its finished points kept. A point that could not be
+simulated keeps its error in its row; ``tpusim run`` then ends with ``POINT_ERRORS_EXIT``. Every name a point uses
+is checked before the first one runs (``names``). SIGINT and SIGTERM stop the run cleanly (``interrupts``): the
+workers are stopped, finished points kept, exit status 128 + the signal. A results file that cannot be written (a
+full disk, a file size limit) ends the run with one line, exit status 2, the files written before intact. A
+fault-injection variable, ``TPUSIM_FAULT_KILL_AFTER=n``, makes the run kill itself with SIGKILL after writing its n-th
+point (with ``TPUSIM_FAULT_KILL_FILE=FILE``, right after that one file is written): the tests use it to prove
+nothing is lost (``TPUSIM_FAULT_HANG_POINT``, in ``jobs``, makes points hang). The files, what a resumed run
+believes and when they are rewritten: ``results``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tpusim.errors import UserError, echo
 from tpusim.experiments.arguments import check_run_arguments
 from tpusim.experiments.executors import (
     DASK_CONNECT_TIMEOUT_S,
+    NoDaskWorkers,
     check_scheduler_address,
     run_dask,
     run_local,
@@ -53,7 +56,8 @@ POINT_ERRORS_EXIT = 4
 
 
 class RunTimeout(UserError):
-    """Some point ran past --timeout and was stopped (or lost its worker); the other points finished."""
+    """Some point ran past --timeout and was stopped (or lost its worker: a local one, or a Dask worker on both
+    tries); the other points finished."""
 
     exit_code = 1
 
@@ -107,7 +111,7 @@ def run_experiment(
 ) -> RunSummary:
     """Run every point of ``experiment`` into folder ``out``; the summary's ``rows`` (and ``to_frame()``) are
     those of the results.csv written there. ``timeout`` bounds each point's seconds; ``connect_timeout`` the
-    connection to a Dask ``scheduler``."""
+    connection to a Dask ``scheduler`` and how long the run waits while it has no worker."""
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
                         scheduler=scheduler, force=force, timeout=timeout, connect_timeout=connect_timeout)
     _fault_after()  # a malformed fault variable is refused before anything is written
@@ -172,6 +176,7 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     stopped: list[str] = []
     cache_warnings: list[str] = []
     interrupted: Interrupted | None = None
+    workerless: NoDaskWorkers | None = None
     try:
         for index, outcome, wall in stream:
             if outcome.get("stopped"):
@@ -183,6 +188,8 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
                 progress(len(files.points), len(points))
     except Interrupted as interrupt:
         interrupted = interrupt
+    except NoDaskWorkers as stuck:
+        workerless = stuck
     finally:
         stream.close()  # stops every worker before the files are written for the last time
     files.finish({"elapsed_s": time.monotonic() - start, "executor": executor, "jobs": jobs})
@@ -190,6 +197,10 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
         raise RunInterrupted(f"interrupted by {signal.Signals(interrupted.signum).name}: {len(files.points)} of "
                              f"{len(points)} points finished in {str(out_dir)!r}", interrupted.signum,
                              "run the same command with --resume to finish the rest")
+    if workerless is not None:
+        raise UserError(f"{workerless.message}: {len(files.points)} of {len(points)} points finished in "
+                        f"{str(out_dir)!r}; start workers for it and run the same command with --resume to finish "
+                        "the rest")
     if cache_warnings:
         notes.append(f"the disk cache was not written for {len(cache_warnings)} point(s) (first: {cache_warnings[0]}); "
                      "their results are recorded")
@@ -199,9 +210,9 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
                          sum(1 for r in rows if str(r["error"]).startswith(INTERNAL_ERROR)))
     if stopped:
         others = ", the other points finished" if len(stopped) < len(todo) else ""
+        larger = " (and a larger --timeout)" if timeout is not None else ""
         raise RunTimeout(f"{len(stopped)} of {len(points)} points stopped before finishing ({stopped[0]}); their rows "
-                         f"in {str(out_dir)!r} say so{others}",
-                         "rerun with --resume (and a larger --timeout) to run them again")
+                         f"in {str(out_dir)!r} say so{others}", f"rerun with --resume{larger} to run them again")
     return summary
 
 
