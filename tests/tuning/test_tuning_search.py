@@ -98,8 +98,8 @@ def test_nothing_fits_names_the_shortfall() -> None:
     with pytest.raises(InfeasibleError) as caught:
         tune(request)
     assert caught.value.message == (
-        "gpt3-175b on 32 chips (batch 32, recompute auto) does not fit in HBM: the smallest shortfall is 52.8 GB per "
-        "chip (87.1 GB of 34.4 GB with recompute full, 32 micro-batches)")
+        "gpt3-175b on 32 chips (batch 32, recompute auto) does not fit in HBM: the smallest shortfall is 65.1 GB per "
+        "chip (98.1 GB of 33.0 GB with recompute full, 1 micro-batch)")
     assert caught.value.suggestion == ("the weights, gradients and optimizer state alone take 87.0 GB per chip; use "
                                        "more chips, or --ignore-memory to time it anyway")
 

@@ -61,6 +61,9 @@ class ChipSpec(FrozenModel):
     mxu_dim: Count
     """Side of the square systolic array; the roofline model pads every GeMM dimension to it."""
     hbm_capacity: Bytes
+    """Physical HBM per chip."""
+    hbm_reserved: Bytes = 0.0
+    """HBM the TPU runtime keeps for itself, never available to a program (docs/chip.md#hbm-reserve)."""
     hbm_bandwidth: BytesPerSecond
     """Nominal HBM bandwidth; ops stream at ``hbm_efficiency`` times it."""
     mxu_efficiency: float = Field(1.0, gt=0.0, le=MAX_TRAFFIC_FACTOR, allow_inf_nan=False)
@@ -83,6 +86,11 @@ class ChipSpec(FrozenModel):
     """HBM bytes charged per byte of collective DMA, taken from the bandwidth of the compute ops it overlaps
     (docs/chip.md#hbm-contention): 1 reads each byte sent once, writes each byte received once and charges a
     reduction its ``ici.reduction_passes``; 0 lets compute and DMA share HBM for free."""
+
+    @property
+    def usable_hbm(self) -> float:
+        """The HBM a training step may fill: ``hbm_capacity`` less ``hbm_reserved``, bytes."""
+        return self.hbm_capacity - self.hbm_reserved
 
     @property
     def achievable_hbm_bandwidth(self) -> float:

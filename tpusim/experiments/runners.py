@@ -202,10 +202,11 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     chips, share, replicas = slice_memory_shape(mapping.num_chips, batch, mapping.data, slices_over_dcn,
                                                 request.dcn_sharded)
     memory = plan_memory(transformer, chips, share, request.recompute, request.microbatches,
-                         profile.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                         profile.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
                          reserved_bytes=budget, data_parallel=replicas, zero_stage=request.zero_stage,
                          embedding=request.embedding, remat_save=frozenset(request.remat_save),
-                         remat_offload=frozenset(request.remat_offload))
+                         remat_offload=frozenset(request.remat_offload), attention=request.attention,
+                         combine_bytes=profile.combine_threshold)
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,

@@ -48,7 +48,8 @@ from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp, check_zero_stage
 
-__all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "data_parallel_plan", "matrix_params"]
+__all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "block_parts", "data_parallel_plan",
+           "matrix_params"]
 
 GRADIENTS = "dp.grads"
 WEIGHTS = "dp.weights"
@@ -190,9 +191,15 @@ def data_parallel_plan(model: TransformerModel, mesh: tuple[int, int], degree: i
             if embedding else 0)
     if dcn_sharded and stage < FSDP_STAGE:
         raise UserError(f"slices that shard the model state (dcn_fsdp) need ZeRO stage {FSDP_STAGE}, not {stage}")
-    shards = [(name, math.ceil(params / chips)) for name, params in matrix_params(model).items()]
-    return DataParallelPlan(degree, stage, _combined(shards, combine_bytes), accumulating, tied, dcn_slices,
+    return DataParallelPlan(degree, stage, block_parts(model, chips, combine_bytes), accumulating, tied, dcn_slices,
                             dcn_sharded and dcn_slices > 1)
+
+
+def block_parts(model: TransformerModel, chips: int, combine_bytes: float) -> tuple[tuple[str, int], ...]:
+    """A block's data-parallel collectives on one chip of a ``chips``-chip tensor-parallel group: their matrices
+    and elements (``DataParallelPlan.parts``)."""
+    shards = [(name, math.ceil(params / chips)) for name, params in matrix_params(model).items()]
+    return _combined(shards, combine_bytes)
 
 
 def _combined(shards: list[tuple[str, int]], combine_bytes: float) -> tuple[tuple[str, int], ...]:

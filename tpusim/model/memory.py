@@ -36,13 +36,14 @@ fits the whole batch (docs/workloads.md#memory).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.model.layer import ff_layers, forward_op_names
 from tpusim.model.remat import DERIVED, plan_remat, tensor_bytes, tensor_widths
+from tpusim.model.working_set import Transients, transients
 from tpusim.units import GB
 from tpusim.vocabulary import Activation, Attention, BlockKind, MlpKind, Recompute, check_zero_stage
 
@@ -57,10 +58,12 @@ class MemoryEstimate:
     activations_bytes: float
     capacity_bytes: float
     host_bytes: float = 0.0  # offloaded activations, per chip, in host memory (not counted against HBM)
+    transient: Transients = field(default_factory=Transients)  # held at the busiest moment besides the rest
 
     @property
     def total_bytes(self) -> float:
-        return self.parameters_bytes + self.activations_bytes
+        """The working-set peak: model state, every layer's stored activations and the transients."""
+        return self.parameters_bytes + self.activations_bytes + self.transient.total_bytes
 
     @property
     def feasible(self) -> bool:
@@ -133,11 +136,14 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
                     capacity_bytes: float, bytes_per_param: float = 16.0, *,
                     reserved_bytes: float | None = None, data_parallel: int = 1,
                     zero_stage: int = 0, embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
-                    remat_offload: frozenset[Activation] = frozenset()) -> MemoryEstimate:
+                    remat_offload: frozenset[Activation] = frozenset(), attention: Attention = Attention.UNFUSED,
+                    microbatches: int = 1, combine_bytes: float = 0.0) -> MemoryEstimate:
     """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
     ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
     the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``.
-    ``embedding``: the step includes the embedding and LM head, whose parameters count too."""
+    ``embedding``: the step includes the embedding and LM head, whose parameters count too; ``batch`` is one
+    micro-batch of ``microbatches``; ``attention`` and ``combine_bytes`` (the profile's ``combine_threshold``) shape
+    the transients (``model.working_set``)."""
     if data_parallel < 1 or chips % data_parallel or batch % data_parallel:
         raise UserError(f"{data_parallel} data-parallel replicas must divide the {chips} chips and the batch of "
                               f"{batch} sequences")
@@ -148,17 +154,23 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
     params = weights * per_param / group
     s, b, h, a = model.sequence, batch // data_parallel, model.hidden, model.heads
     stored = stored_bytes_per_token(model)
-    # written as h x (X / h ...) so that X = 34h gives Korthikanti's figures to the last bit
+    # written as h x (X / h ...) so that X = 34h gives Korthikanti's figures to the last bit; a fused kernel
+    # stores no score-sized tensor
+    attention = Attention(attention)  # a request may carry its name
+    scores = 5 * a * s / h if attention is Attention.UNFUSED else 0
+    whole_layer = s * b * h * (stored / h + scores)
+    host = 0.0
     if recompute in DERIVED:
-        kept, host = stored_activation_bytes(model, s * b, recompute, remat_save, remat_offload)
-        return MemoryEstimate(params, kept * model.layers / group, _usable(capacity_bytes, reserved_bytes),
-                              host * model.layers / group)
-    per_layer = {
-        Recompute.NONE: s * b * h * (stored / h + 5 * a * s / h),
-        Recompute.SELECTIVE: stored * s * b,
-        Recompute.FULL: 2 * s * b * h,
-    }[recompute]
-    return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes))
+        per_layer, host = stored_activation_bytes(model, s * b, recompute, remat_save, remat_offload)
+    else:
+        per_layer = {Recompute.NONE: whole_layer, Recompute.SELECTIVE: stored * s * b,
+                     Recompute.FULL: 2 * s * b * h}[recompute]
+    gradient_share = 1.0 / data_parallel if data_parallel > 1 and zero_stage >= 2 else 1.0
+    held = transients(model, s * b, group, max(whole_layer - per_layer, 0.0), attention,
+                      data_parallel=data_parallel, zero_stage=zero_stage, microbatches=microbatches,
+                      gradient_params=weights / group * gradient_share, combine_bytes=combine_bytes)
+    return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes),
+                          host * model.layers / group, held)
 
 
 def stored_activation_bytes(model: TransformerModel, tokens: int, recompute: Recompute,
@@ -188,7 +200,8 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
                 capacity_bytes: float, bytes_per_param: float = 16.0, *, ignore_memory: bool = False,
                 reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0,
                 embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
-                remat_offload: frozenset[Activation] = frozenset()) -> MemoryPlan:
+                remat_offload: frozenset[Activation] = frozenset(), attention: Attention = Attention.UNFUSED,
+                combine_bytes: float = 0.0) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
@@ -196,7 +209,8 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     would fit.
     """
     capacity_bytes = _usable(capacity_bytes, reserved_bytes)
-    shards: dict[str, Any] = {"data_parallel": data_parallel, "zero_stage": zero_stage}
+    shards: dict[str, Any] = {"data_parallel": data_parallel, "zero_stage": zero_stage, "attention": attention,
+                              "combine_bytes": combine_bytes}
     if recompute is Recompute.CUSTOM:
         shards |= {"remat_save": remat_save, "remat_offload": remat_offload}
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
@@ -204,14 +218,15 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
     if ignore_memory:
         level, count = levels[0], counts[0]
         return MemoryPlan(level, count, estimate_memory(model, chips, batch // count, level, capacity_bytes,
-                                                         bytes_per_param, **shards, embedding=embedding))
+                                                         bytes_per_param, **shards, embedding=embedding,
+                                                         microbatches=count))
     if microbatches is None:
         counts += [m for m in range(2, batch + 1) if batch % m == 0 and (batch // m) % data_parallel == 0]
     tried: list[MemoryPlan] = []
     for count in counts:
         for level in levels if count == 1 else levels[-1:]:
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,
-                                       embedding=embedding)
+                                       embedding=embedding, microbatches=count)
             found = MemoryPlan(level, count, estimate)
             if estimate.feasible:
                 return found
@@ -236,11 +251,11 @@ def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: 
                shards: dict[str, Any], embedding: bool) -> str:
     """The least change that fits, or why nothing on this many chips can."""
     data = shards["data_parallel"]
-    shards = {"data_parallel": data, "zero_stage": shards["zero_stage"]}
+    shards = {name: shards[name] for name in ("data_parallel", "zero_stage", "attention", "combine_bytes")}
     for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,
-                                       embedding=embedding)
+                                       embedding=embedding, microbatches=count)
             if estimate.feasible:
                 micro = f" --microbatches {count}" if count > 1 else ""
                 return (f"--recompute {level}{micro} fits ({estimate.total_bytes / GB:.1f} GB per chip); or "

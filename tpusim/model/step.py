@@ -32,7 +32,7 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op
-from tpusim.model.memory import estimate_memory, slice_memory_shape
+from tpusim.model.memory import MemoryEstimate, estimate_memory, slice_memory_shape
 from tpusim.model.plan import StepPlan, StepSpec, block_layers, plan_step, step_hardware_flops, step_model_flops
 from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
@@ -228,11 +228,7 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
-    memory_chips, share, replicas = slice_memory_shape(mapping.num_chips, whole.batch, data, slices, spec.dcn_sharded)
-    memory = estimate_memory(spec.model, memory_chips, share, spec.recompute,
-                             hardware.chip.hbm_capacity, spec.bytes_per_param, reserved_bytes=spec.prefetch_budget,
-                             data_parallel=replicas, zero_stage=spec.zero_stage, embedding=spec.embedding,
-                             remat_save=spec.remat_save, remat_offload=spec.remat_offload)
+    memory = step_memory(whole, hardware, mapping, 1)
     layers_used = block_layers(spec, mesh)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
@@ -353,13 +349,28 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
         switches["host_transfer_s"] = {way: float(_accumulated(m, seconds, bare.switches["host_transfer_s"][way]))
                                        for way, seconds in one.switches["host_transfer_s"].items()}
         switches["host_wait_s"] = float(_accumulated(m, one.switches["host_wait_s"], bare.switches["host_wait_s"]))
+    memory = step_memory(spec, hardware, mapping, m)
     return replace(
-        one, batch=spec.batch, microbatches=m, step_time_s=step_time, mfu=mfu, hfu=hfu, switches=switches,
+        one, batch=spec.batch, microbatches=m, memory_bytes_per_chip=memory.total_bytes,
+        memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes, step_time_s=step_time,
+        mfu=mfu, hfu=hfu, switches=switches,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
         exposed_data_comm_s=total("exposed_data_comm_s"), exposed_dcn_comm_s=total("exposed_dcn_comm_s"),
         idle_s=total("idle_s"),
         hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],
     )
+
+
+def step_memory(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, microbatches: int) -> MemoryEstimate:
+    """The working-set peak per chip of a step of ``spec.batch`` sequences (all slices) in ``microbatches``
+    micro-batches (``model.memory``)."""
+    data, slices = mapping.data, spec.dcn_slices
+    chips, share, replicas = slice_memory_shape(mapping.num_chips, spec.batch, data, slices, spec.dcn_sharded)
+    return estimate_memory(spec.model, chips, share // microbatches, spec.recompute, hardware.chip.usable_hbm,
+                           spec.bytes_per_param, reserved_bytes=spec.prefetch_budget, data_parallel=replicas,
+                           zero_stage=spec.zero_stage, embedding=spec.embedding, remat_save=spec.remat_save,
+                           remat_offload=spec.remat_offload, attention=spec.attention, microbatches=microbatches,
+                           combine_bytes=hardware.combine_threshold)
 
 
 def _accumulated(m: int, one: _Value, bare: _Value) -> _Value:

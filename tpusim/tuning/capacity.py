@@ -5,20 +5,22 @@ from __future__ import annotations
 
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.model.memory import MemoryEstimate, estimate_memory
-from tpusim.vocabulary import Activation, Recompute
+from tpusim.vocabulary import Activation, Attention, Recompute
 
 
 def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, recompute: Recompute,
                 hardware: HardwareProfile, bytes_per_param: float,
                 reserved_bytes: float | None = None, data: int = 1, zero_stage: int = 0,
-                remat: tuple[frozenset[Activation], frozenset[Activation]] = (frozenset(), frozenset())
-                ) -> MemoryEstimate:
+                remat: tuple[frozenset[Activation], frozenset[Activation]] = (frozenset(), frozenset()), *,
+                attention: Attention = Attention.UNFUSED, microbatches: int = 1) -> MemoryEstimate:
     """Per-chip memory of a candidate mesh (``data`` replicas of it, model state sharded as ZeRO ``zero_stage``
-    says; ``batch`` is the whole batch; ``remat`` the activations saved and offloaded under recompute custom).
+    says; ``batch`` is one micro-batch of ``microbatches``; ``remat`` the activations saved and offloaded under
+    recompute custom).
 
     The memory model shards everything over the R x C chips of a replica, so the shape within it does not change
     the answer; the gate still asks per mesh so that a shape-aware model needs no change here.
     """
-    return estimate_memory(model, data * mesh[0] * mesh[1], batch, recompute, hardware.chip.hbm_capacity,
+    return estimate_memory(model, data * mesh[0] * mesh[1], batch, recompute, hardware.chip.usable_hbm,
                            bytes_per_param, reserved_bytes=reserved_bytes, data_parallel=data, zero_stage=zero_stage,
-                           remat_save=remat[0], remat_offload=remat[1])
+                           remat_save=remat[0], remat_offload=remat[1], attention=attention,
+                           microbatches=microbatches, combine_bytes=hardware.combine_threshold)

@@ -330,9 +330,10 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
     memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
-                         hardware.chip.hbm_capacity, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                         hardware.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
                          reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage,
-                         remat_save=request.remat_save, remat_offload=request.remat_offload)
+                         remat_save=request.remat_save, remat_offload=request.remat_offload,
+                         attention=request.attention, combine_bytes=hardware.combine_threshold)
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
 
@@ -529,7 +530,8 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
     that fits on no mesh, with the smallest shortfall and what would fit."""
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
                               request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
-                              (request.remat_save, request.remat_offload)), c)
+                              (request.remat_save, request.remat_offload), attention=request.attention,
+                              microbatches=request.microbatches or 1), c)
                  for c in candidates]
     if request.ignore_memory:
         over = [e for e, _ in estimates if not e.feasible]
