@@ -159,7 +159,10 @@ def _on_cluster(client: Any, killed: type[BaseException], jobs: Sequence[Job], c
         while waiting and len(running) < max(threads, 1):
             submit(*waiting.popleft())
         now = time.monotonic()
-        idle_since = None if threads else idle_since if idle_since is not None else now
+        if threads:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
         if idle_since is not None and now - idle_since >= patience:
             raise NoDaskWorkers(f"{where} has had no workers for {patience:g} s (--connect-timeout sets the wait)")
         try:
