@@ -128,12 +128,13 @@ def _state_formula(bpp: float, fsdp: int, data: int, stage: int) -> float:
 def _transients(tokens: int, tensor: int, replicas: int, stage: int) -> float:
     """The working set's transients of TINY under recompute none and unfused attention
     (docs/workloads.md#working-set), written out: two fp32 score-sized tensors, the residual and FF1-output
-    gradients in bf16, and (its block being one data-parallel collective) one gathered block and one bucket."""
+    gradients in bf16, and (its block being one data-parallel collective, the one ahead of it is the next block's)
+    two gathered blocks and two buckets."""
     h, a, s, f = TINY.hidden, TINY.heads, TINY.sequence, TINY.ffn
     held = 8 * a * s * tokens / tensor + 2 * tokens * (h + f) / tensor
     block = 2 * TINY.params_per_layer / tensor
     if replicas > 1 and stage >= 2:
-        held += block * (2 if stage >= 3 else 1)
+        held += 2 * block * (2 if stage >= 3 else 1)
     return held
 
 @pytest.mark.parametrize("fsdp, data, stage", [(1, 1, 1), (16, 1, 1), (1, 8, 0), (1, 8, 1), (1, 8, 2), (1, 8, 3),

@@ -259,12 +259,12 @@ def _expected_memory(data: int, stage: int) -> float:
     s, b, h, a = TINY.sequence, BATCH // data, TINY.hidden, TINY.heads
     activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / 16
     # the working set's transients (docs/workloads.md#working-set): two fp32 score-sized tensors (unfused), the
-    # residual and widest gradients in bf16, and (a small block is one data-parallel collective) one gathered
-    # block under ZeRO 3 and one gradient bucket under ZeRO 2 and 3
+    # residual and widest gradients in bf16, and (a small block is one data-parallel collective, so the one in
+    # flight beside it is the next block's) two gathered blocks under ZeRO 3 and two gradient buckets under 2 and 3
     tokens, wide = s * b, max(TINY.ffn, TINY.q_width + 2 * TINY.kv_width)
     held = 8 * a * s * tokens / 16 + 2 * tokens * (h + wide) / 16
     if data > 1 and stage >= 2:
-        held += 2 * TINY.params_per_layer / 16 * (2 if stage >= 3 else 1)
+        held += 2 * (2 * TINY.params_per_layer / 16) * (2 if stage >= 3 else 1)
     return state + activations + held
 
 

@@ -12,6 +12,7 @@ from tpusim.experiments.runners import run_request
 from tpusim.hardware import load_hardware
 from tpusim.model.memory import estimate_memory
 from tpusim.model.registry import load_model
+from tpusim.model.working_set import in_flight_elements
 from tpusim.units import GiB
 from tpusim.vocabulary import Attention, Recompute
 
@@ -45,6 +46,17 @@ def test_zero3_holds_two_gathered_matrices_and_two_buckets() -> None:
     assert held.gathered_bytes == held.bucket_bytes == 2 * 2 * H * F
     stage2 = estimate_memory(GPT3, 256, 256, Recompute.FULL, CAPACITY, data_parallel=256, zero_stage=2).transient
     assert (stage2.gathered_bytes, stage2.bucket_bytes) == (0.0, 2 * 2 * H * F)
+
+
+@pytest.mark.parametrize(("parts", "layers", "held"), [
+    ([5, 1, 1, 4], 2, 9),  # a block's last and the next block's first: the pair across blocks
+    ([5, 1, 1, 4], 1, 6),  # one block: no next block, so its neighbours only
+    ([3, 7, 1, 6], 4, 10),  # the largest pair inside a block, though 7 and 6 are the two largest
+    ([6], 3, 12),  # a block that is one collective holds the next block's beside it
+    ([6], 1, 6),  # the step's only collective is held alone
+])
+def test_in_flight_collectives_are_the_largest_consecutive_pair(parts: list[int], layers: int, held: int) -> None:
+    assert in_flight_elements(parts, layers) == held
 
 
 def test_micro_batches_accumulate_the_gradient_shard_in_fp32() -> None:

@@ -89,16 +89,31 @@ WEIGHT_BYTES = 2  # bf16 weights
 GRADIENT_BYTES = 2  # bf16 gradients
 
 
+@dataclass(frozen=True)
+class StateShares:
+    """The share of each part of the model state a chip keeps under ZeRO: stage 1 shards the optimizer state
+    over the data-parallel replicas, stage 2 the gradients too, stage 3 the weights too."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def state_shares(data_parallel: int, zero_stage: int) -> StateShares:
+    """What a chip keeps of each state part with ``data_parallel`` replicas under ZeRO ``zero_stage``."""
+    shard = 1.0 / data_parallel
+    stage = check_zero_stage(zero_stage)
+    return StateShares(shard if stage >= 3 else 1.0, shard if stage >= 2 else 1.0, shard if stage >= 1 else 1.0)
+
+
 def state_bytes_per_param(bytes_per_param: float, data_parallel: int, zero_stage: int) -> float:
     """Bytes of model state per parameter of a tensor-parallel shard, after ZeRO sharding over ``data_parallel``."""
     optimizer = bytes_per_param - WEIGHT_BYTES - GRADIENT_BYTES
     if optimizer < 0:
         raise InfeasibleError(f"bytes per parameter {bytes_per_param!r} must cover the bf16 weights and gradients "
                               f"({WEIGHT_BYTES + GRADIENT_BYTES} bytes) to shard them over data-parallel replicas")
-    shard = 1.0 / data_parallel
-    stage = check_zero_stage(zero_stage)
-    return (WEIGHT_BYTES * (shard if stage >= 3 else 1.0) + GRADIENT_BYTES * (shard if stage >= 2 else 1.0)
-            + optimizer * (shard if stage >= 1 else 1.0))
+    shares = state_shares(data_parallel, zero_stage)
+    return WEIGHT_BYTES * shares.weights + GRADIENT_BYTES * shares.gradients + optimizer * shares.optimizer
 
 
 def stored_bytes_per_token(model: TransformerModel) -> int:
@@ -165,7 +180,7 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
     else:
         per_layer = {Recompute.NONE: whole_layer, Recompute.SELECTIVE: stored * s * b,
                      Recompute.FULL: 2 * s * b * h}[recompute]
-    gradient_share = 1.0 / data_parallel if data_parallel > 1 and zero_stage >= 2 else 1.0
+    gradient_share = state_shares(data_parallel, zero_stage).gradients
     held = transients(model, s * b, group, max(whole_layer - per_layer, 0.0), attention,
                       data_parallel=data_parallel, zero_stage=zero_stage, microbatches=microbatches,
                       gradient_params=weights / group * gradient_share, combine_bytes=combine_bytes)

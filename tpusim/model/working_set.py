@@ -10,7 +10,9 @@ The busiest moment is the backward pass of the last layer: every layer's checkpo
   keeps its score blocks on chip, so none;
 - **the activation gradients**: the residual stream's gradient and that of the widest intermediate tensor, bf16;
 - **weights gathered over the data axis in flight** (ZeRO 3, every fsdp layout): the collective in use and the
-  one gathered ahead of it (``model.data_parallel``: one collective of lookahead), the two largest of a block;
+  one gathered ahead of it (``model.data_parallel``: one collective of lookahead), the largest two consecutive
+  collectives of the step's sequence of blocks (``in_flight_elements``): a block's last collective is followed by
+  the next block's first, so a block that is one collective holds two of them;
 - **gradient buckets in flight** (ZeRO 2 and 3): the whole bf16 gradient of the collective being produced and of
   the one being reduce-scattered, before each keeps its 1/D shard;
 - **the gradient accumulator** across micro-batches (more than one): fp32, one per parameter of the chip's
@@ -23,6 +25,7 @@ docs/workloads.md#working-set names the gap), and XLA's fragmentation.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from tpusim.config import TransformerModel
@@ -30,7 +33,7 @@ from tpusim.model.data_parallel import block_parts
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Attention, MlpKind
 
-__all__ = ["ACCUMULATION_DTYPE", "SCORE_WORKSPACE_BYTES", "Transients", "transients"]
+__all__ = ["ACCUMULATION_DTYPE", "SCORE_WORKSPACE_BYTES", "Transients", "in_flight_elements", "transients"]
 
 SCORE_WORKSPACE_BYTES = 2 * dtype_bytes("fp32")
 """Bytes per attention score the unfused core holds at once: two fp32 score-sized tensors."""
@@ -70,9 +73,20 @@ def transients(model: TransformerModel, tokens: int, group: int, recomputed_byte
     gradients = _BF16 * tokens * (h + max(wide, q + 2 * k))
     gathered = buckets = 0.0
     if data_parallel > 1 and zero_stage >= 2:
-        parts = sorted((elements for _, elements in block_parts(model, group, combine_bytes)), reverse=True)
-        in_flight = _BF16 * sum(parts[:2])
+        parts = [elements for _, elements in block_parts(model, group, combine_bytes)]
+        in_flight = _BF16 * in_flight_elements(parts, model.layers)
         buckets = in_flight
         gathered = in_flight if zero_stage >= 3 else 0.0
     accumulation = dtype_bytes(ACCUMULATION_DTYPE) * gradient_params if microbatches > 1 else 0.0
     return Transients(recomputed_bytes / group, scores / group, gradients / group, gathered, buckets, accumulation)
+
+
+def in_flight_elements(parts: list[int], layers: int) -> int:
+    """The most elements two consecutive data-parallel collectives hold together over a step of ``layers``
+    blocks, each block ``parts`` (its collectives' elements, in order): forward and backward visit the same
+    sequence, one reversed, so the pairs are a block's neighbours and, between blocks, its last with its first.
+    One collective in the whole step is held alone."""
+    pairs = [first + second for first, second in itertools.pairwise(parts)]
+    if layers > 1:
+        pairs.append(parts[-1] + parts[0])
+    return max(pairs) if pairs else parts[0]
