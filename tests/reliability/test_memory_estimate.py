@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.small_model import SMALL_MODEL_YAML
 from tpusim.cli.main import main
+from tpusim.engine.footprint import BYTES_PER_EVENT
+from tpusim.engine.simulation import CountingEnvironment
 from tpusim.experiments.footprint import (
     BASE_BYTES,
     BYTES_PER_TRANSFER,
@@ -17,6 +21,7 @@ from tpusim.experiments.footprint import (
     collective_transfers,
 )
 from tpusim.limits import MEMORY_ENV, available_memory
+from tpusim.units import format_size
 from tpusim.vocabulary import CollectiveOp, Ring
 
 POD_STEP = ["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--topology", "16x16x16", "--mesh", "256x16",
@@ -102,3 +107,58 @@ def test_a_collective_within_the_memory_still_runs(monkeypatch: pytest.MonkeyPat
     assert json.loads(capsys.readouterr().out)["transfers"] == 16 * 15  # the estimate's count, as simulated
     monkeypatch.setenv(MEMORY_ENV, str(int(BASE_BYTES + BYTES_PER_TRANSFER * 16 * 15) - 1))
     assert main(argv) == 2
+
+
+def _deep_model(folder: Path, layers: int, name: str) -> str:
+    path = folder / f"{name}.yaml"
+    path.write_text(SMALL_MODEL_YAML.replace("layers: 2", f"layers: {layers}").replace("small-test", name))
+    return str(path)
+
+
+def _every_layer(model: str) -> list[str]:
+    return ["step", "--model", model, "--hardware", "tpuv4", "--mesh", "2x2", "--algorithm", "collective",
+            "--all-layers", "--ignore-memory", "--json"]
+
+
+def test_every_layer_is_estimated_from_two_windows_and_refused_beyond_the_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    runs: list[CountingEnvironment] = []
+    start = CountingEnvironment.__init__
+
+    def counted(env: CountingEnvironment) -> None:
+        start(env)
+        runs.append(env)
+
+    monkeypatch.setattr(CountingEnvironment, "__init__", counted)
+    argv = _every_layer(_deep_model(tmp_path, 12, "deep12"))
+    monkeypatch.setenv(MEMORY_ENV, str(10**12))
+    assert main(argv) == 0
+    capsys.readouterr()
+    # two windows (2 and 3 layers) estimate the run, then the 12 layers run: one more layer adds the same events,
+    # so the estimate is the run's own count
+    probe2, probe3, whole = (env.events_processed for env in runs)
+    assert whole == probe2 + 10 * (probe3 - probe2)
+    needed = int(BASE_BYTES + BYTES_PER_EVENT * whole)
+    monkeypatch.setenv(MEMORY_ENV, str(needed - 1))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"simulating every one of the 12 layers of deep12 ({whole} events) needs about {format_size(needed)} by "
+        f"tpusim's measured estimate, more than the {format_size(needed - 1)} available here; simulate a window "
+        "of layers and extrapolate (drop --all-layers), or use fewer layers, or set "
+        f"{MEMORY_ENV}=N if the estimate is wrong for this machine (see docs/limits.md)\n")
+    monkeypatch.setenv(MEMORY_ENV, str(needed))
+    assert main(argv) == 0
+
+
+def test_a_million_layers_with_every_layer_simulated_is_refused_in_seconds(tmp_path: Path) -> None:
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (4_000_000_000, resource.RLIM_INFINITY));"
+            "from tpusim.cli.main import main; raise SystemExit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, *_every_layer(_deep_model(tmp_path, 10**6, "deep1m"))],
+                          capture_output=True, text=True, timeout=120)
+    events = 701 * 10**6 + 3  # the 2x2 collective step's 701 events per layer, and 3 more per run
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (  # as docs/limits.md#memory-estimate quotes it
+        f"simulating every one of the 1000000 layers of deep1m ({events} events) needs about "
+        f"{format_size(int(BASE_BYTES + BYTES_PER_EVENT * events))} by tpusim's measured estimate, more than the "
+        "4 GB available here; simulate a window of layers and extrapolate (drop --all-layers), or use fewer "
+        f"layers, or set {MEMORY_ENV}=N if the estimate is wrong for this machine (see docs/limits.md)\n")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 
+from tpusim.engine.footprint import BASE_BYTES
 from tpusim.limits import check_memory, verify_operand_bytes
 from tpusim.vocabulary import CollectiveOp, Fidelity, Ring
 
-__all__ = ["check_collective_memory", "check_gemm_memory", "check_step_memory", "collective_transfers"]
+__all__ = ["BASE_BYTES", "check_collective_memory", "check_gemm_memory", "check_step_memory", "collective_transfers"]
 
-BASE_BYTES = 48e6
 FULL_BYTES_PER_CHIP_POWER = 7.5e3
 CHIP_POWER = 1.5
 VERIFY_OPERAND_FACTOR = 2.5

@@ -370,6 +370,7 @@ class OpsRun:
     timeline: Timeline
     link_busy: np.ndarray | None = None  # seconds per directed link, where asked for (``run_ops``)
     host: HostTime | None = None  # the critical chip's host copies, where a ``HostSchedule`` was run
+    events: int = 0  # the events the run processed (what its memory grows with, ``engine.footprint``)
 
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
@@ -413,4 +414,4 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
         critical = result.critical
         copies = HostTime(sim.host.busy(critical, HostDirection.TO_HOST),
                           sim.host.busy(critical, HostDirection.FROM_HOST), traffic[critical].waited)
-    return OpsRun(result, timelines.get(result.critical, []), busy, copies)
+    return OpsRun(result, timelines.get(result.critical, []), busy, copies, sim.env.events_processed)

@@ -25,6 +25,7 @@ from tpusim.config.layout import layout_name
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key
 from tpusim.engine.context import Context
+from tpusim.engine.footprint import check_events_memory
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.trace import Tracer
@@ -191,11 +192,15 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
             notes.append("every layer simulated: weight gathers across slices (dcn_fsdp) settle over many layers")
         sizes = [spec.window, spec.window + 1] if windowed and total_layers > spec.window + 1 else [
             total_layers]
-        windows = [run_ops(network, step_sequence(plan, n), plan.gemms, representatives=reps,
+
+        def run(layers: int, keep_busy: bool) -> OpsRun:
+            return run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown, keep_link_busy=link_busy is not None, host=host,
-                           dcn_slices=slices)
-                   for n in sizes]
+                           chip_slowdown=chip_slowdown, keep_link_busy=keep_busy, host=host, dcn_slices=slices)
+
+        if len(sizes) == 1 and total_layers > spec.window + 1:
+            _check_every_layer_memory(spec, run, total_layers)
+        windows = [run(n, link_busy is not None) for n in sizes]
 
         def extrapolate(values: list[float]) -> float:
             return _extrapolate(values, sizes, total_layers)
@@ -284,6 +289,16 @@ def _extrapolate(values: Sequence[_Value], sizes: list[int], layers: int) -> _Va
         return values[0]
     value: _Value = values[0] + (layers - sizes[0]) * (values[1] - values[0])
     return value
+
+
+def _check_every_layer_memory(spec: StepSpec, run: Callable[[int, bool], OpsRun], layers: int) -> None:
+    """Refuse a step of ``layers`` layers, every one simulated, that this process cannot hold: its events are
+    extrapolated from two short windows as the step time would be (each layer adds the same events), and a run
+    holds a record per event until its account is drawn up (``engine.footprint``)."""
+    sizes = [spec.window, spec.window + 1]
+    events = int(_extrapolate([float(run(n, False).events) for n in sizes], sizes, layers))
+    check_events_memory(events, f"simulating every one of the {layers} layers of {spec.model.name}",
+                        "simulate a window of layers and extrapolate (drop --all-layers), or use fewer layers")
 
 
 def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], sizes: list[int], layers: int) -> None:
