@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +163,48 @@ def test_a_million_layers_with_every_layer_simulated_is_refused_in_seconds(tmp_p
         f"{format_size(int(BASE_BYTES + BYTES_PER_EVENT * events))} by tpusim's measured estimate, more than the "
         "4 GB available here; simulate a window of layers and extrapolate (drop --all-layers), or use fewer "
         f"layers, or set {MEMORY_ENV}=N if the estimate is wrong for this machine (see docs/limits.md)\n")
+
+
+def test_a_pod_step_is_charged_its_data_parallel_collectives(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # 16 replicas of 16x16: the data axis's 256 groups of 16 ranks on closed rings, every shard both ways, for the
+    # reduce-scatter and the all-gather
+    transfers = 2 * 256 * 16 * 15 * 2
+    needed = int(BASE_BYTES + BYTES_PER_TRANSFER * transfers)
+    monkeypatch.setenv(MEMORY_ENV, str(needed - 1))
+    argv = ["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--mesh", "16x16x16", "--slices", "4"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"the data-parallel collectives of a step over 16 replicas of 256 chips ({transfers} transfers) needs about "
+        f"{format_size(needed)} by tpusim's measured estimate, more than the {format_size(needed - 1)} available "
+        f"here; use fewer data-parallel replicas or fewer chips, or set {MEMORY_ENV}=N if the estimate is wrong "
+        "for this machine (see docs/limits.md)\n")
+
+
+def _tuned_on_16_chips(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                       memory: int) -> tuple[dict[str, str], dict[str, Any]]:
+    monkeypatch.setenv(MEMORY_ENV, str(memory))
+    argv = ["tune", "--model", "llama3.1-8b", "--hardware", "tpuv4", "--chips", "16", "--batch", "16",
+            "--ignore-memory", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    skipped = {r["mesh"]: r["reason"] for r in result["meshes"]
+               if r["status"] == "skipped" and "simulating it needs about" in r["reason"]}
+    return skipped, result
+
+
+def test_the_tuner_skips_layouts_this_machine_cannot_simulate(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    skipped, _ = _tuned_on_16_chips(monkeypatch, capsys, 10**12)
+    assert skipped == {}
+    # a full-fidelity step on 16 chips needs 48.48 MB, the 16 replicas of one chip 2 x 16 x 15 x 2 transfers
+    full = int(BASE_BYTES + FULL_BYTES_PER_CHIP_POWER * 16**CHIP_POWER)
+    data = int(BASE_BYTES + BYTES_PER_TRANSFER * 2 * 16 * 15 * 2)
+    assert data < full
+    skipped, result = _tuned_on_16_chips(monkeypatch, capsys, full - 1)
+    assert skipped and all("(a full-fidelity step on 16 chips)" in reason for reason in skipped.values())
+    assert "16x1x1" not in skipped and result["best"]["mesh"] not in skipped
+    assert f"{len(skipped)} layout(s) skipped: simulating them needs more memory" in " ".join(result["notes"])
+    skipped, result = _tuned_on_16_chips(monkeypatch, capsys, data - 1)
+    assert "data-parallel collectives of a step over 16 replicas of 1 chips (960 transfers)" in skipped["16x1x1"]
+    assert result["best"]["mesh"] not in skipped

@@ -182,7 +182,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
     check_offload(request.remat_offload, profile)
-    check_step_memory(mapping.num_chips, request.fidelity)
+    check_step_memory(mapping, request.fidelity)
     _check_links(profile, mapping, link_busy)
     _check_tracer(tracer, mapping)
     algorithm = get_algorithm(request.algorithm)

@@ -1,10 +1,15 @@
-"""The tuner's memory gate: the per-chip memory of a candidate mesh, so that candidates that overflow HBM are
-skipped (``model.memory.plan_memory`` explains when nothing fits)."""
+"""The tuner's memory gates: the per-chip memory of a candidate mesh, so that candidates that overflow HBM are
+skipped (``model.memory.plan_memory`` explains when nothing fits), and the memory simulating it takes on this
+machine, so that a layout the machine cannot simulate is skipped before any work."""
 
 from __future__ import annotations
 
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.footprint import step_footprint
+from tpusim.limits import MEMORY_ENV, available_memory
 from tpusim.model.memory import MemoryEstimate, estimate_memory
+from tpusim.topology import MeshMapping
+from tpusim.units import format_size
 from tpusim.vocabulary import Activation, Attention, Recompute
 
 
@@ -24,3 +29,15 @@ def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, reco
                            bytes_per_param, reserved_bytes=reserved_bytes, data_parallel=data, zero_stage=zero_stage,
                            remat_save=remat[0], remat_offload=remat[1], attention=attention,
                            microbatches=microbatches, combine_bytes=hardware.combine_threshold)
+
+
+def host_shortfall(mapping: MeshMapping, full: bool) -> tuple[float, str] | None:
+    """(bytes needed, why) where this machine cannot simulate steps on ``mapping`` (``full``: at full fidelity), by
+    the measured footprint of ``engine.footprint``; None when it can. The tuner skips such a layout instead of
+    failing midway (docs/limits.md#memory-estimate)."""
+    needed, what = step_footprint(mapping, full)
+    available = available_memory()
+    if available is None or needed <= available:
+        return None
+    return needed, (f"simulating it needs about {format_size(int(needed))} of this machine's memory ({what}), more "
+                    f"than the {format_size(available)} available here (set {MEMORY_ENV}=N if the estimate is wrong)")

@@ -45,7 +45,7 @@ from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec
 from tpusim.topology.slices import TPUV4_RULES, slice_shapes_for
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
-from tpusim.tuning.capacity import mesh_memory
+from tpusim.tuning.capacity import host_shortfall, mesh_memory
 from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.finalists import (
@@ -373,6 +373,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows)
             search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage, slices)
             searches.append(search)
+    searches = _simulable(searches, rejected, notes)
     reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
 
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
@@ -396,7 +397,9 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         reports[search.candidate.label] = report
         count(1 + number, total)
     if not final:
-        raise _no_mesh(request, batch, [RejectedMesh(r.mesh, r.reason or "") for r in reports.values()])
+        known = {r.mesh for r in rejected}
+        raise _no_mesh(request, batch, [*rejected, *(RejectedMesh(r.mesh, r.reason or "") for r in reports.values()
+                                                     if r.mesh not in known)])
     final.sort(key=lambda item: item[:2])
 
     whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)
@@ -513,6 +516,21 @@ def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_me
     return refined
 
 
+def _simulable(searches: list[_MeshSearch], rejected: list[RejectedMesh], notes: list[str]) -> list[_MeshSearch]:
+    """The searches whose simulations this machine can hold; the others join ``rejected`` (``host_shortfall``)."""
+    kept = []
+    for search in searches:
+        shortfall = host_shortfall(search.candidate.mapping, search.full)
+        if shortfall is None:
+            kept.append(search)
+        else:
+            rejected.append(RejectedMesh(search.candidate.label, shortfall[1], shortfall[0]))
+    if len(kept) < len(searches):
+        notes.append(f"{len(searches) - len(kept)} layout(s) skipped: simulating them needs more memory than this "
+                     "machine has (their reasons in meshes)")
+    return kept
+
+
 def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool) -> list[str]:
     notes = []
     bounded = [s.candidate.label for s in searches if s.bounded]
@@ -547,8 +565,14 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
 
 
 def _no_mesh(request: TuneSpec, batch: int, rejected: Sequence[RejectedMesh]) -> InfeasibleError:
-    reasons = "; ".join(f"{r.mesh}: {r.reason}" for r in rejected[:3])
-    more = f" (and {len(rejected) - 3} more)" if len(rejected) > 3 else ""
+    hosted = [r for r in rejected if r.host_bytes is not None]
+    others = [r for r in rejected if r.host_bytes is None]
+    reasons = "; ".join(f"{r.mesh}: {r.reason}" for r in others[:3])
+    more = f" (and {len(others) - 3} more)" if len(others) > 3 else ""
+    if hosted:  # the layouts that would run on a larger machine are the ones worth naming
+        least = min(hosted, key=lambda r: (r.host_bytes or 0.0, r.mesh))
+        more += (f"; {len(hosted)} other layout(s) need more memory to simulate than this machine has (the least, "
+                 f"{least.mesh}: {least.reason})")
     return InfeasibleError(
         f"no feasible configuration of {request.model.name} with algorithm {request.algorithm!r} on "
         f"{request.chips} chips (batch {batch}): {reasons}{more}",

@@ -70,6 +70,7 @@ class RejectedMesh:
 
     mesh: str
     reason: str
+    host_bytes: float | None = None  # what simulating it needs, where this machine cannot (``capacity``)
 
 
 def factorisations(chips: int) -> list[tuple[int, int]]:
