@@ -157,6 +157,25 @@ def test_a_signalled_tuner_ends_in_one_line_and_leaves_no_process_behind(
     until(lambda: session(run.pid) == [], "every worker, the forkserver and the resource tracker gone")
 
 
+def pool_starting(run: subprocess.Popen[bytes]) -> Callable[[], bool]:
+    """The resource tracker and the forkserver are up (the forkserver importing tpusim: about a second) and no
+    worker is yet: the command waits for its first worker."""
+    return lambda: len(session(run.pid)) == TUNE_PROCESSES - 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "status"), SIGNALS)
+def test_a_signal_to_the_process_group_while_the_tuners_pool_starts_is_one_line(
+        tmp_path: Path, started: Callable[..., subprocess.Popen[bytes]], signum: int, status: int) -> None:
+    run = started(*TUNE)
+    until(pool_starting(run), "the forkserver starting")
+    os.killpg(run.pid, signum)  # the forkserver, importing, hears it too
+    assert run.wait(timeout=ENDS_WITHIN_S) == status
+    # no forkserver's traceback, no worker's failure to read what the command sent it, no internal error
+    assert (tmp_path / "stderr").read_text() == f"interrupted by {signal.Signals(signum).name}\n"
+    until(lambda: session(run.pid) == [], "every worker, the forkserver and the resource tracker gone")
+
+
 INTERRUPTED_IMPORT = """\
 import importlib.abc, os, runpy, signal, sys
 

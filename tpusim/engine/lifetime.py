@@ -14,7 +14,14 @@ Two ties, for the two ways a worker is started:
   a process that uses them does.
 
 Either way a worker ignores SIGINT (``ignore_interrupts``): Ctrl-C reaches the whole process group, and the
-command, which decides what an interrupt means, stops its workers itself.
+command, which decides what an interrupt means, stops its workers itself. A process started from a fresh
+interpreter (the forkserver and the resource tracker) would hear a Ctrl-C during its own imports, before it could
+ignore one, and print a traceback, and a SIGTERM to the process group would kill the forkserver under a worker
+being started; so the command starts them with both ignored (``deaf_children``), which they keep until the
+command is gone (the workers forked from the forkserver set their own, ``ignore_interrupts``). A worker still
+starting when the command stops would fail to read what the command sent it and print that; so the command
+defers stop signals until its workers have started (``engine.signals.interrupts_deferred``) and stops them with
+SIGKILL, which prints nothing.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["PARENT_POLL_S", "Lifeline", "die_with", "hold", "ignore_interrupts"]
+__all__ = ["PARENT_POLL_S", "Lifeline", "deaf_children", "die_with", "hold", "ignore_interrupts"]
 
 PARENT_POLL_S = 0.5
 """How often a worker's watchdog checks that its parent still lives (the fallback where PR_SET_PDEATHSIG is
@@ -41,6 +49,24 @@ def ignore_interrupts() -> None:
     """In a worker: SIGINT ignored (the command stops its workers), SIGTERM ends it at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def deaf_children() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored while the block starts processes from a fresh interpreter, restored after: an
+    ignored signal stays ignored across ``exec`` (a handler or a blocked mask does not survive
+    ``multiprocessing``'s spawn), so they start deaf to both and live until the command is gone. Keep the block
+    to the spawn itself (milliseconds): a signal within it is lost. Off the main thread, where handlers cannot
+    change, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def die_with(parent: int) -> None:

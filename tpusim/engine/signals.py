@@ -29,7 +29,8 @@ from typing import Any
 import simpy
 from simpy.core import EmptySchedule
 
-__all__ = ["HANDLED", "SIMULATING_ENV", "Interrupted", "StopSignals", "interrupts_raised", "run_events"]
+__all__ = ["HANDLED", "SIMULATING_ENV", "Interrupted", "StopSignals", "interrupts_deferred", "interrupts_raised",
+           "run_events"]
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 SIMULATING_ENV = "TPUSIM_FAULT_SIMULATING_FILE"
@@ -106,6 +107,28 @@ def interrupts_raised() -> Iterator[None]:
             signal.signal(handled, signal.SIG_DFL if handler is None else handler)
         _STOP.installed.clear()
         _STOP.received, _STOP.depth = None, 0
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Within ``interrupts_raised()``: a stop signal received in the body is only recorded, and raised as
+    ``Interrupted`` as the body ends (for work that must not be cut midway, such as starting a pool's workers;
+    a second signal still acts at once). A body that fails after a stop signal arrived is taken as stopped by
+    it: the signal reached the whole process group, and what the body waited for most likely died of it."""
+    _STOP.loops += 1
+    try:
+        yield
+    except Exception as error:
+        _STOP.loops -= 1
+        if _STOP.received is not None and _STOP.installed and not _STOP.loops:
+            try:
+                _STOP.stop()
+            except Interrupted as stopped:
+                raise stopped from error
+        raise
+    _STOP.loops -= 1
+    if _STOP.received is not None and _STOP.installed and not _STOP.loops:
+        _STOP.stop()
 
 
 def run_events(env: simpy.Environment) -> None:

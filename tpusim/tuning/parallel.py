@@ -15,7 +15,9 @@ registry loads the plug-ins (``tpusim.gemm.plugins``), so a worker knows every a
 die with the command, however it ends (``engine.lifetime.Lifeline``: their parent is the forkserver, not the
 command), and ignore Ctrl-C, which the command handles: a pool left by an exception or an interrupt cuts its
 workers off at once instead of waiting for what they run; the forkserver and the resource tracker then exit on
-their own.
+their own. The forkserver and the tracker start deaf to SIGINT and SIGTERM, and a stop signal that arrives while
+the workers start is acted on once they have (``engine.lifetime``), so a signal at any moment ends the command
+in one line.
 
 A simulation that raises on a worker raises the same error in the caller, where the search waits for it: the
 command reports it as it would with one process (one line, exit status 2 for a user error), and nothing is
@@ -32,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
-from tpusim.engine.lifetime import Lifeline, hold, ignore_interrupts
+from tpusim.engine.lifetime import Lifeline, deaf_children, hold, ignore_interrupts
+from tpusim.engine.signals import interrupts_deferred
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
@@ -114,16 +117,24 @@ class SimulationPool:
         # imported here: a command that runs in one process never pays for them
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import forkserver
 
         context = multiprocessing.get_context(START_METHOD)
         context.set_forkserver_preload([__name__])
         self.workers = workers
         self.folder = folder
         self._lifeline = Lifeline(context)
+        with deaf_children():  # the forkserver, the resource tracker and so the workers: deaf to Ctrl-C
+            forkserver.ensure_running()
         self._executor = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
                                              initargs=(self._lifeline.reader,))
-        for _ in range(workers):
-            self._executor.submit(_ready)
+        try:
+            with interrupts_deferred():  # every worker started (so known to ``abandon``) before Ctrl-C acts
+                for _ in range(workers):
+                    self._executor.submit(_ready)
+        except BaseException:  # the Ctrl-C held back arrives as the block ends
+            self.abandon()
+            raise
 
     def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], str,
                                                   HardwareProfile, MeshMapping, Fidelity]]) -> PendingTimes:
@@ -151,7 +162,12 @@ class SimulationPool:
         self._lifeline.cut()
 
     def abandon(self) -> None:
-        """End the workers at once, whatever they run (the search was interrupted or failed)."""
+        """End the workers at once, whatever they run (the search was interrupted or failed): SIGKILL, so that
+        one still reading its start from this process prints nothing once this process is gone."""
+        import multiprocessing
+
+        for worker in multiprocessing.active_children():
+            worker.kill()
         self._lifeline.cut()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
