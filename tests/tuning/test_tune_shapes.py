@@ -155,3 +155,20 @@ def test_the_traced_best_is_placed_on_its_shape(model: str, tmp_path: Path) -> N
     assert result.best.slice_shape == "4x4x16"  # off the default shape, where the step could not be placed
     assert any(n.startswith(f"trace of the best choice ({result.best.mesh}): its step simulated again")
                and n.endswith("as in the search") for n in result.notes)
+
+
+def test_the_breakdown_family_re_times_a_choice_on_its_shape(model: str) -> None:
+    from tpusim.config.requests import TuneRequest
+    from tpusim.experiments.families.comparisons import BREAKDOWN
+    from tpusim.experiments.runners import parse_request
+
+    fields = {"kind": "tune", "model": model, **FIELDS, "algorithm": "meshslice", "dp": 1}
+    point = parse_request(TuneRequest, fields).model_dump(mode="json")
+    result = tp.tune(**{k: v for k, v in fields.items() if k != "kind"})
+    runner = result.runner_up
+    # the same mesh on the other shape: re-timed on the default shape it would be the best's step, not its own
+    assert runner is not None and (runner.mesh, runner.slice_shape) == (result.best.mesh, "4x4x16")
+    assert result.best.slice_shape == "4x8x8"
+    entry = {"point": point, "result": {**result.to_dict(), "best": runner.to_dict()}, "error": None}
+    step = next(row for row in BREAKDOWN.table([entry]) if row["part"] == "step")
+    assert step["time_s"] == pytest.approx(runner.step_time_s, rel=1e-12, abs=0)
