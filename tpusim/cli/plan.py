@@ -62,10 +62,13 @@ def _write_csv(result: PlanResult, path: Path) -> None:
 def _print(result: PlanResult) -> None:
     print(f"{result.model} on {result.chips} chips ({result.hardware}), batch {result.batch}: "
           f"{len(result.candidates)} candidates, fastest first")
-    rows: list[tuple[str, ...]] = [("", "algorithm", "layout", "configuration", "step time", "tokens/s", "MFU",
-                                    "memory/chip", "bound")]
+    # the slice each configuration is placed on, where there is one (a calibrated profile has none)
+    placed = any(c.slice_shape is not None for c in result.candidates)
+    rows: list[tuple[str, ...]] = [("", "algorithm", "layout", "configuration", *(("slice",) if placed else ()),
+                                    "step time", "tokens/s", "MFU", "memory/chip", "bound")]
     for rank, c in enumerate(result.candidates, start=1):
-        rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, format_time(c.step_time_s),
+        shape = (c.slice_shape or "-",) if placed else ()
+        rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, *shape, format_time(c.step_time_s),
                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.bound))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

@@ -57,23 +57,29 @@ def _print(result: TuneResult) -> None:
           f"batch {result.batch}, "
           f"prefetch {result.prefetch}, recompute {result.recompute}, attention {result.attention}, "
           f"{microbatches_text(result.microbatches)}; {mode} search")
-    rows: list[tuple[str, ...]] = [("", "mesh", "dataflows", "transposed", "slices", "step time", "MFU", "HFU")]
+    # the slice each mesh is placed on, where there is one (a calibrated profile has none)
+    placed = result.best.slice_shape is not None
+    rows: list[tuple[str, ...]] = [("", "mesh", *(("slice",) if placed else ()), "dataflows", "transposed", "slices",
+                                    "step time", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
-            rows.append(_row(label, choice))
+            rows.append(_row(label, choice, placed))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     skipped = sum(1 for m in result.meshes if m.status == "skipped")
     simulated = sum(1 for m in result.meshes if m.status == "simulated")
-    print(f"meshes: {len(result.meshes)} factorisations, {skipped} skipped, {simulated} simulated; "
+    shapes = len({m.slice_shape for m in result.meshes})
+    across = f" on {shapes} slice shapes" if shapes > 1 else ""
+    print(f"meshes: {len(result.meshes)} factorisations{across}, {skipped} skipped, {simulated} simulated; "
           f"candidates: {result.evaluated} priced, {result.simulated} by simulation; "
           f"{result.steps_simulated} whole step{'s' if result.steps_simulated != 1 else ''} simulated; "
           f"{result.search_space} configurations covered")
 
 
-def _row(label: str, choice: Choice) -> tuple[str, ...]:
+def _row(label: str, choice: Choice, placed: bool) -> tuple[str, ...]:
     transposed = " ".join("T" if t else "-" for t in choice.transposes)
     slices = " ".join("-" if k is None else str(k) for k in choice.slices)
-    return (label, choice.mesh, " ".join(choice.dataflows), transposed, slices, format_time(choice.step_time_s),
+    shape = (choice.slice_shape or "-",) if placed else ()
+    return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, slices, format_time(choice.step_time_s),
             f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")

@@ -382,8 +382,11 @@ def _trace_best(request: TuneRequest, result: TuneResult, tracer: Tracer, contex
     # the tune request's settings a step takes too (all they share but the kind), then the best choice's own
     shared = {name: getattr(request, name) for name in StepRequest.model_fields
               if name in TuneRequest.model_fields and name != "kind"}
+    # on the slice the search placed it on: without --topology the tuner searched every legal shape
+    topology = best.slice_shape if best.slice_shape is not None else request.topology
     step = parse_request(StepRequest, {
-        **shared, "layout": best.layout, "dp": None, "batch": result.batch, "recompute": result.recompute,
+        **shared, "topology": topology, "layout": best.layout, "dp": None, "batch": result.batch,
+        "recompute": result.recompute,
         "microbatches": result.microbatches, "dataflows": best.dataflows, "transposes": best.transposes,
         "slices": None if None in best.slices else best.slices,
     })

@@ -48,6 +48,7 @@ class Candidate:
     layout: str  # a LayoutKind
     named_layout: str
     mesh: str
+    slice_shape: str | None  # the slice the mesh is placed on; None on a calibrated profile
     zero_stage: int
     step_time_s: float
     tokens_per_s: float
@@ -86,7 +87,7 @@ def candidate_of(choice: Choice, zero_stage: int, tokens_per_step: int) -> Candi
         bound = Bound.COMPUTE if choice.compute_s >= choice.exposed_comm_s else Bound.EXPOSED_COMM
     return Candidate(
         algorithm=None if local else choice.algorithm, layout=str(kind), named_layout=choice.layout,
-        mesh=choice.mesh, zero_stage=zero_stage if choice.data_parallel > 1 else 0,
+        mesh=choice.mesh, slice_shape=choice.slice_shape, zero_stage=zero_stage if choice.data_parallel > 1 else 0,
         step_time_s=choice.step_time_s, tokens_per_s=tokens_per_step / choice.step_time_s, mfu=choice.mfu,
         memory_bytes_per_chip=choice.memory_bytes_per_chip, feasible=choice.feasible and choice.memory_feasible,
         bound=str(bound), compute_s=choice.compute_s, exposed_comm_s=choice.exposed_comm_s,

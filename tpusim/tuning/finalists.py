@@ -59,8 +59,9 @@ class Finalist:
     plan: Plan
 
     @property
-    def label(self) -> str:
-        return self.search.candidate.label
+    def key(self) -> tuple[str, str]:
+        """(slice shape, mesh label): one logical mesh on two slice shapes is two meshes (``MeshCandidate.key``)."""
+        return self.search.candidate.key
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], s
     """Time each finalist that can still win as a whole step, in increasing order of its bound (the first in this
     process, the others meanwhile on the workers when there are any). Returns the timed ones, fastest first (ties:
     the earlier finalist), and those left untimed because their ops alone reach the fastest step."""
-    order = sorted(finalists, key=lambda f: (ops_bound(f.plan, spec, layers), f.label))
+    order = sorted(finalists, key=lambda f: (ops_bound(f.plan, spec, layers), f.key))
     futures: list[Future[StepResult] | None] = [
         pool.step(step_spec(f, spec), f.search.context.hardware, f.search.candidate.mapping, f.search.simulations)
         if pool is not None and number > 0 else None for number, f in enumerate(order)]
@@ -131,7 +132,7 @@ remaining plans are left untimed and a note names the mesh, so the answer is the
 
 
 def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
-                      heard: Callable[[int], None] | None = None) -> tuple[list[Timed], list[str]]:
+                      heard: Callable[[int], None] | None = None) -> tuple[list[Timed], list[MeshCandidate]]:
     """Branch and bound over every plan of every mesh (DES prices): plans are timed as whole steps in increasing
     order of their bound until it reaches the fastest step simulated, at most ``EXHAUSTIVE_STEPS`` per mesh.
     Returns every timed plan, fastest first, and the meshes the cap stopped before their bound did; ``heard``
@@ -140,9 +141,9 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
     timed: list[Timed] = []
     firsts = [(s.plans(simulated=True, keep=1), s) for s in searches]
     order = sorted(((plans[0], s) for plans, s in firsts if plans),
-                   key=lambda item: (ops_bound(item[0], spec, layers), item[1].candidate.label))
+                   key=lambda item: (ops_bound(item[0], spec, layers), item[1].candidate.key))
     finalists: list[Finalist] = []
-    capped: list[str] = []
+    capped: list[MeshCandidate] = []
     for _, search in order:
         keep, seen, count = 1, 0, 0
         while True:
@@ -151,7 +152,7 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
                 if ops_bound(plan, spec, layers) >= fastest:
                     break
                 if count == EXHAUSTIVE_STEPS:
-                    capped.append(search.candidate.label)
+                    capped.append(search.candidate)
                     break
                 count += 1
                 finalist = Finalist(search, plan)
@@ -175,10 +176,11 @@ def _ranked(timed: list[Timed], finalists: Sequence[Finalist]) -> list[Timed]:
 
 
 def runner_up(timed: Sequence[Timed]) -> Timed | None:
-    """The fastest timed step of another mesh than the best's, else the next plan of the best's own mesh."""
+    """The fastest timed step of another mesh (or the same mesh on another slice shape) than the best's, else the
+    next plan of the best's own mesh."""
     if len(timed) < 2:
         return None
-    others = [t for t in timed[1:] if t.finalist.label != timed[0].finalist.label]
+    others = [t for t in timed[1:] if t.finalist.key != timed[0].finalist.key]
     return others[0] if others else timed[1]
 
 
@@ -186,7 +188,8 @@ def choice(timed: Timed, spec: StepSpec, layers: int) -> Choice:
     """The result's record of a timed finalist."""
     result, finalist = timed.result, timed.finalist
     return Choice(
-        mesh=finalist.label, layout=result.named_layout, algorithm=result.algorithm, dataflows=result.dataflows,
+        mesh=finalist.search.candidate.label, slice_shape=finalist.search.candidate.slice_shape,
+        layout=result.named_layout, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
         estimate_step_s=estimate(finalist, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
         hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,

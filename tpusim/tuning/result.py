@@ -18,6 +18,7 @@ class Choice:
     """
 
     mesh: str  # "RxC", or "DxRxC" for D data-parallel replicas (of one slice)
+    slice_shape: str | None  # the slice the mesh is placed on, e.g. "4x4x16"; None on a calibrated profile
     layout: str  # the named layout, e.g. "fsdp=64,tensor=4x1" or "dcn_data=2,data=8,tensor=16x2"
     algorithm: str
     dataflows: list[str]
@@ -50,6 +51,8 @@ class MeshReport:
     ``analytic_step_s``: the closed-form estimate of its best plan; ``estimate_step_s``: that of its best plan from
     DES prices (per-layer ops plus the closed-form data-parallel tail); ``simulated_step_s``: its fastest plan
     simulated as a whole step (None when none was: a plan whose ops alone reach the best step cannot win).
+    ``slice_shape``: the slice the mesh is placed on (every legal one is searched unless the topology is given;
+    None on a calibrated profile); one factorisation on two shapes is two reports.
     """
 
     mesh: str
@@ -58,6 +61,7 @@ class MeshReport:
     analytic_step_s: float | None = None
     simulated_step_s: float | None = None
     estimate_step_s: float | None = None
+    slice_shape: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

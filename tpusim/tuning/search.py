@@ -2,10 +2,12 @@
 
 Default search:
 1. Enumerate every feasible mesh R x C = P (``space``), and every layout D x R x C = P of D data-parallel replicas
-   (D dividing the batch, the data axis on whole physical axes; only D = ``dp`` when given), and drop those that
-   do not fit in HBM (``capacity``) unless memory is ignored. A replica's GeMMs and non-FF ops are priced on its
-   own R x C mesh with batch / D sequences; the data-parallel collectives add what no compute hides at the ends of
-   the step (``data_tail``).
+   (D dividing the batch, the data axis on whole physical axes; only D = ``dp`` when given), on every legal slice
+   shape of the chip count unless ``topology`` names one (``shapes``: 256 TPUv4 chips are 4x4x16 or 4x8x8; a
+   candidate is a mesh on a shape), and drop those that do not fit in HBM (``capacity``) unless memory is ignored.
+   The candidates of every shape are ranked, refined and timed together, as one search. A replica's GeMMs and
+   non-FF ops are priced on its own R x C mesh with batch / D sequences; the data-parallel collectives add what no
+   compute hides at the ends of the step (``data_tail``).
 2. On every mesh, price every FF layer option with the algorithm's closed-form twins (by DES where a
    twin is missing) and the non-FF ops by theirs, and find the mesh's cheapest plans with the DP over
    layout flags (``dp``). Rank the meshes by that analytic step estimate.
@@ -43,7 +45,6 @@ from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec
-from tpusim.topology.slices import TPUV4_RULES, slice_shapes_for
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.capacity import host_shortfall, mesh_memory
 from tpusim.tuning.data_tail import data_parallel_tail
@@ -67,6 +68,7 @@ from tpusim.tuning.layer_costs import (
 )
 from tpusim.tuning.parallel import Entries, PendingTimes, SimulationPool, simulation_pool
 from tpusim.tuning.result import MeshReport, TuneResult
+from tpusim.tuning.shapes import searched_shapes, slice_note
 from tpusim.tuning.space import (
     LayerOption,
     MeshCandidate,
@@ -74,6 +76,7 @@ from tpusim.tuning.space import (
     data_degrees,
     layer_options,
     mesh_candidates,
+    shown,
 )
 from tpusim.units import GB
 from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
@@ -297,20 +300,6 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
         return _search(request, cache, progress, stages, pool)
 
 
-def _slice_note(request: TuneSpec, hardware: HardwareProfile, chips: int) -> str:
-    """Which slice shape the search ran on, and (without ``--topology``) the legal shapes it did not try: the
-    search covers one slice shape; trying every legal one is not built."""
-    if request.topology is not None:
-        return f"slice shape: {request.topology} (--topology)"
-    if hardware.multi_axis_shown is None:  # no physical axes: nothing is laid on a slice
-        return "slice shape: none (a calibrated profile simulates one abstract ring per axis)"
-    rules = hardware.slice_rules or TPUV4_RULES
-    shape = dict(rules.defaults).get(chips)
-    others = [s for s in slice_shapes_for(chips, rules) if s != shape]
-    untried = f"; not tried: {', '.join(others)} (tune on one with --topology)" if others else ""
-    return f"slice shape: {shape} (the default for {chips} chips){untried}"
-
-
 def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None] | None,
             stages: Callable[[int, int], None] | None, pool: SimulationPool | None) -> TuneResult:
     say = progress if progress is not None else _silent
@@ -345,11 +334,21 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                               f"{hardware.name!r}, whose fitted costs describe one 2D mesh; use a physical profile "
                               "such as 'tpuv4', or --dp 1")
     dp = request.dp if request.dp is not None or takes_data_axis(hardware) else 1
-    for data in data_degrees(chips, micro, dp):
-        found, skipped = mesh_candidates(model, algorithm, chips, micro, hardware, request.topology,
-                                         request.allow_infeasible, data)
-        candidates += found
-        rejected += skipped
+    shapes = searched_shapes(request.topology, hardware, chips)
+
+    def named(mesh: str, shape: str | None) -> str:
+        """A mesh as the notes name it: on its slice shape where the search spans several."""
+        return shown(mesh, shape if len(shapes) > 1 else None)
+
+    def name(candidate: MeshCandidate) -> str:
+        return named(candidate.label, candidate.slice_shape)
+
+    for shape in shapes:
+        for data in data_degrees(chips, micro, dp):
+            found, skipped = mesh_candidates(model, algorithm, chips, micro, hardware, shape,
+                                             request.allow_infeasible, data)
+            candidates += found
+            rejected += skipped
     candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget)
     if not candidates:
         raise _no_mesh(request, micro, rejected)
@@ -374,7 +373,9 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage, slices)
             searches.append(search)
     searches = _simulable(searches, rejected, notes)
-    reports = {r.mesh: MeshReport(r.mesh, "skipped", r.reason) for r in rejected}
+    # keyed like ``MeshCandidate.key``: one logical mesh is a candidate of its own on each slice shape
+    reports = {(r.slice_shape or "", r.mesh): MeshReport(r.mesh, "skipped", r.reason, slice_shape=r.slice_shape)
+               for r in rejected}
 
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
         else f"searching {len(searches)} mesh(es) exhaustively")
@@ -385,21 +386,22 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     submitted = _submit(pool, refined) if pool is not None else None
     final = []
     for number, search in enumerate(refined, start=1):
-        say(f"simulating the best candidates of mesh {search.candidate.label} ({number} of {len(refined)})")
+        say(f"simulating the best candidates of mesh {name(search.candidate)} ({number} of {len(refined)})")
         if submitted is not None and number == 1:
             _collect(refined, submitted)
         plans = search.plans(simulated=True, keep=2)
         if plans:
-            final.append((search.ranking_cost(plans[0], model.layers), search.candidate.label, search, plans))
+            final.append((search.ranking_cost(plans[0], model.layers), search.candidate.key, search, plans))
         report = _report(search, plans, simulated=True, layers=model.layers)
-        previous = reports.get(search.candidate.label)
+        previous = reports.get(search.candidate.key)
         report.analytic_step_s = previous.analytic_step_s if previous is not None else None
-        reports[search.candidate.label] = report
+        reports[search.candidate.key] = report
         count(1 + number, total)
     if not final:
-        known = {r.mesh for r in rejected}
-        raise _no_mesh(request, batch, [*rejected, *(RejectedMesh(r.mesh, r.reason or "") for r in reports.values()
-                                                     if r.mesh not in known)])
+        known = {(r.slice_shape or "", r.mesh) for r in rejected}
+        raise _no_mesh(request, batch, [*rejected, *(RejectedMesh(r.mesh, r.reason or "", r.slice_shape)
+                                                     for r in reports.values()
+                                                     if (r.slice_shape or "", r.mesh) not in known)])
     final.sort(key=lambda item: item[:2])
 
     whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)
@@ -408,9 +410,9 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         timed, capped = time_exhaustively([search for _, _, search, _ in final], whole, model.layers)
         untimed: list[Finalist] = []
         if capped:
-            notes.append(f"exhaustive: {', '.join(capped)} had more than {EXHAUSTIVE_STEPS} plans whose ops could "
-                         "still beat the best step; the rest were not timed, so the answer is the optimum of the "
-                         "plans timed")
+            notes.append(f"exhaustive: {', '.join(name(c) for c in capped)} had more than {EXHAUSTIVE_STEPS} plans "
+                         "whose ops could still beat the best step; the rest were not timed, so the answer is the "
+                         "optimum of the plans timed")
     else:
         # every mesh the search simulated is a finalist with its best plan; a single mesh adds its second plan
         finalists = [Finalist(search, plans[0]) for _, _, search, plans in final]
@@ -419,8 +421,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         say(f"timing the best configuration{' and the runner-up' if len(finalists) > 1 else ''} as whole steps")
         timed, untimed = time_finalists(pool, finalists, whole, model.layers)
     for entry in reversed(timed):  # each mesh's report shows its fastest whole step
-        reports[entry.finalist.label].simulated_step_s = entry.step_time_s
-    leader = final[0][1]
+        reports[entry.finalist.key].simulated_step_s = entry.step_time_s
+    leader = final[0][2].candidate
     best = choice(timed[0], whole, model.layers)
     second = runner_up(timed)
     runner = choice(second, whole, model.layers) if second is not None else None
@@ -428,20 +430,21 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         notes.insert(0, f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {micro} "
                         f"sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
                         f"{memory.estimate.capacity_bytes / GB:.1f} GB")
-    notes.append(_slice_note(request, hardware, chips))
+    notes.append(slice_note(request.topology, hardware, shapes, best.slice_shape, chips))
     for left in untimed:
-        notes.append(f"{left.label} not timed as a whole step: its ops alone take "
+        notes.append(f"{name(left.search.candidate)} not timed as a whole step: its ops alone take "
                      f"{ops_bound(left.plan, whole, model.layers):.4g} s, no less than the best's simulated "
                      f"{best.step_time_s:.4g} s")
     count(total, total)
-    if best.mesh != leader:
-        notes.append(f"the whole steps reorder the search's estimates: {best.mesh} simulated fastest, ahead of "
-                     f"the estimates' leader {leader}")
+    if (best.slice_shape, best.mesh) != (leader.slice_shape, leader.label):
+        notes.append(f"the whole steps reorder the search's estimates: {named(best.mesh, best.slice_shape)} "
+                     f"simulated fastest, ahead of the estimates' leader {name(leader)}")
     for item in (best, runner):
         if item is not None and abs(item.step_time_s - item.estimate_step_s) > 0.005 * item.step_time_s:
-            notes.append(f"{item.mesh}: the simulated step differs from the search's estimate (its priced ops and "
-                         f"data-parallel tail) by {item.step_time_s / item.estimate_step_s - 1:+.2%}")
-    notes.extend(_pricing_notes(searches, request.exhaustive))
+            notes.append(f"{named(item.mesh, item.slice_shape)}: the simulated step differs from the search's "
+                         "estimate (its priced ops and data-parallel tail) by "
+                         f"{item.step_time_s / item.estimate_step_s - 1:+.2%}")
+    notes.extend(_pricing_notes(searches, request.exhaustive, name))
     return TuneResult(
         model=model.name, hardware=hardware.name, algorithm=algorithm.name, chips=request.chips, batch=whole_batch,
         microbatches=memory.microbatches, prefetch=str(prefetch), recompute=str(memory.recompute),
@@ -451,7 +454,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=len(timed),
         search_space=sum(s.space_size() for s in searches),
-        meshes=sorted(reports.values(), key=lambda r: tuple(int(v) for v in r.mesh.split("x"))),
+        meshes=sorted(reports.values(), key=lambda r: (tuple(int(v) for v in r.mesh.split("x")), r.slice_shape or "")),
         ignore_memory=request.ignore_memory, notes=notes,
         candidates=fastest_per_kind(candidate_of(choice(t, whole, model.layers), request.zero_stage,
                                                  whole_batch * model.sequence) for t in timed),
@@ -498,15 +501,15 @@ def _collect(searches: Sequence[_MeshSearch], pending: PendingTimes) -> None:
         search.simulations = entries
 
 
-def _rank(searches: list[_MeshSearch], reports: dict[str, MeshReport], refine_meshes: int,
+def _rank(searches: list[_MeshSearch], reports: dict[tuple[str, str], MeshReport], refine_meshes: int,
           layers: int) -> list[_MeshSearch]:
     """Rank the meshes by their analytic best and seed the refinement of the leaders (default search)."""
     ranked = []
     for search in searches:
         plans = search.plans(simulated=False, keep=SEED_PLANS)
         if plans:
-            ranked.append((search.ranking_cost(plans[0], layers), search.candidate.label, search, plans))
-        reports[search.candidate.label] = _report(search, plans, simulated=False, layers=layers)
+            ranked.append((search.ranking_cost(plans[0], layers), search.candidate.key, search, plans))
+        reports[search.candidate.key] = _report(search, plans, simulated=False, layers=layers)
     ranked.sort(key=lambda item: item[:2])
     refined = []
     for rank, (cost, _, search, plans) in enumerate(ranked):
@@ -524,16 +527,17 @@ def _simulable(searches: list[_MeshSearch], rejected: list[RejectedMesh], notes:
         if shortfall is None:
             kept.append(search)
         else:
-            rejected.append(RejectedMesh(search.candidate.label, shortfall[1], shortfall[0]))
+            rejected.append(RejectedMesh(search.candidate.label, shortfall[1], search.candidate.slice_shape,
+                                         host_bytes=shortfall[0]))
     if len(kept) < len(searches):
         notes.append(f"{len(searches) - len(kept)} layout(s) skipped: simulating them needs more memory than this "
                      "machine has (their reasons in meshes)")
     return kept
 
 
-def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool) -> list[str]:
+def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool, name: Callable[[MeshCandidate], str]) -> list[str]:
     notes = []
-    bounded = [s.candidate.label for s in searches if s.bounded]
+    bounded = [name(s.candidate) for s in searches if s.bounded]
     if bounded and not exhaustive:
         notes.append(f"meshes ranked by the one-hop bound (multi-hop axes have no closed form): {', '.join(bounded)}")
     fallbacks = sum(s.twin_fallbacks for s in searches)
@@ -559,20 +563,20 @@ def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate],
                          f"of {worst.capacity_bytes / GB:.1f} GB")
         return candidates, rejected
     fits = [c for e, c in estimates if e.feasible]
-    dropped = [RejectedMesh(c.label, f"needs {e.total_bytes / GB:.1f} GB per chip of {e.capacity_bytes / GB:.1f} GB")
-               for e, c in estimates if not e.feasible]
+    dropped = [RejectedMesh(c.label, f"needs {e.total_bytes / GB:.1f} GB per chip of {e.capacity_bytes / GB:.1f} GB",
+                            c.slice_shape) for e, c in estimates if not e.feasible]
     return fits, rejected + dropped
 
 
 def _no_mesh(request: TuneSpec, batch: int, rejected: Sequence[RejectedMesh]) -> InfeasibleError:
     hosted = [r for r in rejected if r.host_bytes is not None]
     others = [r for r in rejected if r.host_bytes is None]
-    reasons = "; ".join(f"{r.mesh}: {r.reason}" for r in others[:3])
+    reasons = "; ".join(f"{shown(r.mesh, r.slice_shape)}: {r.reason}" for r in others[:3])
     more = f" (and {len(others) - 3} more)" if len(others) > 3 else ""
     if hosted:  # the layouts that would run on a larger machine are the ones worth naming
         least = min(hosted, key=lambda r: (r.host_bytes or 0.0, r.mesh))
         more += (f"; {len(hosted)} other layout(s) need more memory to simulate than this machine has (the least, "
-                 f"{least.mesh}: {least.reason})")
+                 f"{shown(least.mesh, least.slice_shape)}: {least.reason})")
     return InfeasibleError(
         f"no feasible configuration of {request.model.name} with algorithm {request.algorithm!r} on "
         f"{request.chips} chips (batch {batch}): {reasons}{more}",
@@ -581,10 +585,11 @@ def _no_mesh(request: TuneSpec, batch: int, rejected: Sequence[RejectedMesh]) ->
 
 
 def _report(search: _MeshSearch, plans: list[Plan], *, simulated: bool, layers: int) -> MeshReport:
-    label = search.candidate.label
+    label, shape = search.candidate.label, search.candidate.slice_shape
     if not plans:
-        return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)")
+        return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)",
+                          slice_shape=shape)
     estimate = plans[0].cost * layers + search.tail
     if simulated:
-        return MeshReport(label, "simulated", None, None, estimate_step_s=estimate)
-    return MeshReport(label, "priced", None, estimate, None)
+        return MeshReport(label, "simulated", None, None, estimate_step_s=estimate, slice_shape=shape)
+    return MeshReport(label, "priced", None, estimate, None, slice_shape=shape)

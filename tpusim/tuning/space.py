@@ -53,6 +53,7 @@ class MeshCandidate:
     mapping: MeshMapping  # the whole layout; its ``tensor_mapping`` is one replica's R x C mesh
     transposed_ok: bool
     data: int = 1  # data-parallel replicas D
+    slice_shape: str | None = None  # the slice it is placed on (topology text); None on a calibrated profile
 
     @property
     def mesh(self) -> tuple[int, int]:
@@ -63,6 +64,11 @@ class MeshCandidate:
         """``"RxC"``, or ``"DxRxC"`` with data parallelism."""
         return f"{self.data}x{self.rows}x{self.cols}" if self.data > 1 else f"{self.rows}x{self.cols}"
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """What identifies the candidate in a search over several slice shapes: (slice shape, label)."""
+        return (self.slice_shape or "", self.label)
+
 
 @dataclass(frozen=True)
 class RejectedMesh:
@@ -70,7 +76,13 @@ class RejectedMesh:
 
     mesh: str
     reason: str
+    slice_shape: str | None = None
     host_bytes: float | None = None  # what simulating it needs, where this machine cannot (``capacity``)
+
+
+def shown(mesh: str, slice_shape: str | None) -> str:
+    """A mesh as notes and errors name it, on its slice shape where one is given (``"16x16 on 4x4x16"``)."""
+    return mesh if slice_shape is None else f"{mesh} on {slice_shape}"
 
 
 def factorisations(chips: int) -> list[tuple[int, int]]:
@@ -90,7 +102,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
                     hardware: HardwareProfile, topology: str | None, allow_infeasible: bool,
                     data: int = 1) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
     """The meshes (layouts of ``data`` replicas when > 1, each training batch / data) worth pricing, and the ones
-    skipped with their reasons."""
+    skipped with their reasons; both carry ``topology`` as their slice shape."""
     two_d = algorithm.parallelism == "2d"
     group = chips // data
     shapes = factorisations(group) if two_d else [(group, 1)]
@@ -102,17 +114,17 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
         try:
             split_for(model, (rows, cols), share, algorithm.parallelism, allow_infeasible)
         except InfeasibleError as error:
-            rejected.append(RejectedMesh(label, error.message))
+            rejected.append(RejectedMesh(label, error.message, topology))
             continue
         try:
             mapping = place_mesh(hardware, rows, cols, topology=topology, data=data)
         except TopologyError as error:
-            rejected.append(RejectedMesh(label, error.message))
+            rejected.append(RejectedMesh(label, error.message, topology))
             continue
         # The transposed layout splits heads over axis 0 and sequences over axis 1: the swapped mesh's rules.
         swapped = split_for(model, (cols, rows), share, algorithm.parallelism, True)
         transposed_ok = two_d and (allow_infeasible or not swapped.violations)
-        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok, data))
+        kept.append(MeshCandidate(rows, cols, mapping, transposed_ok, data, topology))
     return kept, rejected
 
 

@@ -131,7 +131,9 @@ def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "scale": point["scale"], "multi_axis": point["multi_axis"], "overlap_limit": point["overlap_limit"],
             "ignore_memory": point["ignore_memory"], "recompute": entry["result"]["recompute"],
             "microbatches": entry["result"].get("microbatches", 1),
-            "attention": entry["result"].get("attention", "unfused"), "topology": point.get("topology"),
+            "attention": entry["result"].get("attention", "unfused"),
+            # on the slice the tuner chose: without a topology it searched every legal shape
+            "topology": best.get("slice_shape") or point.get("topology"),
             "prefetch_window": point.get("prefetch_window", 1), "prefetch_budget": point.get("prefetch_budget"),
             "fidelity": point.get("fidelity", "auto"), "bytes_per_param": point.get("bytes_per_param", 16.0),
             "zero_stage": entry["result"].get("zero_stage", 1)})
