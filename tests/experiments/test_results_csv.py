@@ -74,6 +74,8 @@ def test_per_layer_results_and_resolved_fidelity(tidy: tuple[Any, pd.DataFrame, 
     assert tune["fidelity"] == "auto"  # results.json keeps the tune result as it is: the fidelity requested
     assert frame["fidelity"][3] == tune["best"]["fidelity"] == step["fidelity"] == "symmetric"
     assert frame["mesh"][3] == tune["best"]["mesh"] and frame["batch"][3] == tune["batch"] == 16
+    # where the chosen mesh was placed: nowhere on a calibrated profile, an empty cell
+    assert tune["best"]["slice_shape"] is None and pd.isna(frame["slice_shape"][3])
     assert frame["recompute"].tolist()[::3] == ["none", "none"]
 
 

@@ -99,6 +99,7 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("hfu", "step tune"),
         ("fidelity", "collective gemm step tune"),
         ("mesh", "gemm step tune"),
+        ("slice_shape", "tune"),
         ("layout", "step"),
         ("data_parallel", "step tune"),
         ("zero_stage", "step tune"),
@@ -135,8 +136,8 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("search_space", "tune"),
     ))
 _FROM_BEST = frozenset({"step_time_s", "estimate_step_s", "compute_s", "exposed_comm_s", "exposed_data_comm_s",
-                        "mfu", "hfu", "fidelity", "mesh", "data_parallel", "dataflows", "transposes", "slices",
-                        "memory_bytes_per_chip", "memory_feasible", "feasible"})
+                        "mfu", "hfu", "fidelity", "mesh", "slice_shape", "data_parallel", "dataflows", "transposes",
+                        "slices", "memory_bytes_per_chip", "memory_feasible", "feasible"})
 """Fields of a tune point taken from its ``best`` choice: the configuration that ran, with its resolved fidelity
 (the tune result's own ``fidelity`` is the one requested, already in ``point.fidelity``)."""
 

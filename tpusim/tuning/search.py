@@ -85,6 +85,7 @@ REFINE_MESHES = 3
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
 SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
+NAMED_MESHES = 12  # a note names at most this many meshes (a pod's search ranks hundreds)
 
 
 @dataclass(frozen=True)
@@ -539,7 +540,9 @@ def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool, name: Callable
     notes = []
     bounded = [name(s.candidate) for s in searches if s.bounded]
     if bounded and not exhaustive:
-        notes.append(f"meshes ranked by the one-hop bound (multi-hop axes have no closed form): {', '.join(bounded)}")
+        more = f" and {len(bounded) - NAMED_MESHES} more" if len(bounded) > NAMED_MESHES else ""
+        notes.append(f"meshes ranked by the one-hop bound (multi-hop axes have no closed form): "
+                     f"{', '.join(bounded[:NAMED_MESHES])}{more}")
     fallbacks = sum(s.twin_fallbacks for s in searches)
     if fallbacks:
         notes.append(f"{fallbacks} layer options had no closed form and were ranked by their DES price")
