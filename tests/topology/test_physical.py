@@ -303,3 +303,32 @@ def test_topology_imports_only_errors_and_units_from_tpusim() -> None:
                 assert name.split(".")[0] != "simpy", path
                 if name.startswith("tpusim"):
                     assert name in allowed or name.startswith("tpusim.topology"), (path, name)
+
+
+@pytest.mark.parametrize("spec", ["torus:16x16", "mesh:4x4", "4x4x4", "2x2x4", "2x4x4", "torus:2x3", "torus:3x5",
+                                  "mesh:1x4", "torus:1", "4x4x8t"])
+def test_routes_of_many_pairs_are_each_pairs_route(spec: str) -> None:
+    topology = parse_topology(spec)
+    chips = np.arange(topology.num_chips)
+    sources, targets = np.repeat(chips, len(chips)), np.tile(chips, len(chips))  # every ordered pair, a == b too
+    expected = [topology.route(int(a), int(b)) for a, b in zip(sources, targets, strict=True)]
+    assert topology.routes(sources, targets) == expected
+
+
+def test_routes_refuse_a_chip_outside_the_topology() -> None:
+    with pytest.raises(TopologyError, match="chip 16 is not in topology"):
+        parse_topology("mesh:4x4").routes(np.array([0, 16]), np.array([1, 2]))
+
+
+@pytest.mark.parametrize("spec", ["torus:16x16", "2x2x4", "torus:3x5", "4x4x8t"])
+def test_link_ids_of_many_pairs_are_each_pairs_link(spec: str) -> None:
+    topology = parse_topology(spec)
+    sources, targets = topology.link_src.reshape(-1, 2), topology.link_dst.reshape(-1, 2)
+    assert topology.link_ids(sources, targets).tolist() == [
+        [topology.link_id(int(a), int(b)) for a, b in zip(row_a, row_b, strict=True)]
+        for row_a, row_b in zip(sources, targets, strict=True)]
+
+
+def test_link_ids_refuse_chips_that_no_link_joins() -> None:
+    with pytest.raises(TopologyError, match="chips 0 and 5 are not adjacent"):
+        parse_topology("mesh:4x4").link_ids(np.array([0, 0]), np.array([1, 5]))

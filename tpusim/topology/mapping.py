@@ -241,17 +241,24 @@ def _check_shape(rows: int, cols: int) -> None:
             raise TopologyError(f"mesh {what} {value!r} must be an integer >= 1")
 
 
-def _ring(topology: PhysicalTopology, members: np.ndarray, closed: bool) -> RingEmbedding:
-    chips = tuple(int(c) for c in members)
-    size = len(chips)
-    hops = size if closed else max(size - 1, 0)
-    nxt = [(chips[r], chips[(r + 1) % size]) for r in range(hops)]
-    return RingEmbedding(
-        members=chips,
-        closed=closed,
-        fwd_routes=tuple(topology.route(a, b) for a, b in nxt),
-        bwd_routes=tuple(topology.route(b, a) for a, b in nxt),
-    )
+def _rings(topology: PhysicalTopology, groups: Sequence[np.ndarray], closed: bool) -> tuple[RingEmbedding, ...]:
+    """One ring per group (chips in rank order), every group's routes found in one ``routes`` call."""
+    members = [tuple(int(c) for c in chips) for chips in groups]
+    ahead, behind = [], []
+    for chips in members:
+        size = len(chips)
+        for r in range(size if closed else max(size - 1, 0)):
+            ahead.append(chips[r])
+            behind.append(chips[(r + 1) % size])
+    fwd = topology.routes(np.array(ahead, dtype=np.int64), np.array(behind, dtype=np.int64))
+    bwd = topology.routes(np.array(behind, dtype=np.int64), np.array(ahead, dtype=np.int64))
+    rings, start = [], 0
+    for chips in members:
+        hops = len(chips) if closed else max(len(chips) - 1, 0)
+        rings.append(RingEmbedding(members=chips, closed=closed, fwd_routes=tuple(fwd[start:start + hops]),
+                                   bwd_routes=tuple(bwd[start:start + hops])))
+        start += hops
+    return tuple(rings)
 
 
 def _embedding_name(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> str:
@@ -316,7 +323,7 @@ def place_axis(topology: PhysicalTopology, axis: int, pieces: tuple[AxisPiece, .
     """Logical ``axis`` made of ``pieces`` (on ``topology``'s own axes), one ring per group of ``members`` (chips
     in rank order), with its routes."""
     closed = closed_ring(topology, pieces)
-    groups = tuple(_ring(topology, chips, closed) for chips in members)
+    groups = _rings(topology, members, closed)
     return AxisMapping(
         axis=axis,
         size=len(members[0]),

@@ -235,6 +235,47 @@ class PhysicalTopology:
                 chip = int(self.link_dst[link])
         return tuple(links)
 
+    def _one_hop(self, sources: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether, link) per pair: the first link, in axis and then + / - order, from ``sources[i]`` that ends
+        at ``targets[i]`` (none from a chip to itself)."""
+        for chips in (sources, targets):
+            bad = chips[(chips < 0) | (chips >= self.num_chips)]
+            if bad.size:
+                self._check_chip(int(bad[0]))
+        hops = self._hop[sources].reshape(len(sources), -1)  # [pairs, axes x (+, -)]
+        ends = np.where(hops >= 0, self.link_dst[np.maximum(hops, 0)], -1)
+        matches = (ends == targets[:, None]) & (sources != targets)[:, None]
+        first = matches.argmax(axis=1)
+        rows = np.arange(len(sources))
+        return matches[rows, first], hops[rows, first]
+
+    def link_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """``link_id`` of every pair (``src[i]``, ``dst[i]``), as an array of src's shape."""
+        sources = np.asarray(src, dtype=np.int64)
+        targets = np.asarray(dst, dtype=np.int64)
+        if not self.num_links or not sources.size:
+            return np.array([self.link_id(int(a), int(b)) for a, b in zip(sources.ravel(), targets.ravel(),
+                                                                             strict=True)],
+                            dtype=np.int64).reshape(sources.shape)
+        found, links = self._one_hop(sources.ravel(), targets.ravel())
+        if not found.all():
+            apart = int(np.argmin(found))
+            self.link_id(int(sources.ravel()[apart]), int(targets.ravel()[apart]))  # raises, naming the pair
+        return np.asarray(links, dtype=np.int64).reshape(sources.shape)
+
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> list[tuple[int, ...]]:
+        """``route`` of every pair (``src[i]``, ``dst[i]``). A ring's neighbours are mostly one link apart, and
+        those are read off the link table for all pairs at once (``_one_hop``: the link ``route`` takes); the
+        other pairs are routed one by one."""
+        sources = np.asarray(src, dtype=np.int64).ravel()
+        targets = np.asarray(dst, dtype=np.int64).ravel()
+        if self.twist is not None or not sources.size or not self.num_links:
+            return [self.route(int(a), int(b)) for a, b in zip(sources, targets, strict=True)]
+        found, links = self._one_hop(sources, targets)
+        return [(link,) if one_hop else self.route(a, b)
+                for one_hop, link, a, b in zip(found.tolist(), links.tolist(), sources.tolist(), targets.tolist(),
+                                               strict=True)]
+
     def _twisted_route(self, chip: int, target: int) -> tuple[int, ...]:
         shortest = self._shortest
         if shortest is None:
@@ -266,27 +307,30 @@ def build_topology(name: str, dims: Sequence[int], wrap: Sequence[bool],
     chips = math.prod(sizes)
     radix = np.cumprod((1, *sizes[:-1]), dtype=np.int64)
     coords = np.stack(np.unravel_index(np.arange(chips), sizes, order="F"), axis=1)
-    src: list[int] = []
-    dst: list[int] = []
-    axes: list[int] = []
-    signs: list[int] = []
-    for chip in range(chips):
-        for axis, size in enumerate(sizes):
-            here = int(coords[chip, axis])
-            for sign in (1, -1):
-                there = here + sign
-                target = chip + (there - here) * int(radix[axis])
-                if not 0 <= there < size:
-                    if not wraps[axis]:
-                        continue
+    ids = np.arange(chips, dtype=np.int64)
+    # [chips, axes, (+, -)]: where each chip's link along each axis and direction goes, -1 where none leaves;
+    # flattened in that order, so link ids run chip by chip, axis by axis, + before -
+    targets = np.full((chips, len(sizes), 2), -1, dtype=np.int64)
+    for axis, size in enumerate(sizes):
+        for slot, sign in enumerate((1, -1)):
+            there = coords[:, axis] + sign
+            inside = (there >= 0) & (there < size)
+            targets[inside, axis, slot] = ids[inside] + sign * radix[axis]
+            if wraps[axis]:
+                outside = np.flatnonzero(~inside)
+                if twist is None:
+                    targets[outside, axis, slot] = ids[outside] + ((there[outside] % size) - coords[outside, axis]) \
+                        * radix[axis]
+                else:
                     step = np.zeros(len(sizes), dtype=np.int64)
                     step[axis] = sign
-                    target = (chip + ((there % size) - here) * int(radix[axis]) if twist is None
-                              else int(reduce_coords(coords[chip] + step, sizes, twist) @ radix))
-                src.append(chip)
-                dst.append(target)
-                axes.append(axis)
-                signs.append(sign)
+                    targets[outside, axis, slot] = reduce_coords(coords[outside] + step, sizes, twist) @ radix
+    flat = targets.reshape(-1)
+    present = flat >= 0
+    src = np.repeat(ids, 2 * len(sizes))[present]
+    dst = flat[present]
+    axes = np.tile(np.repeat(np.arange(len(sizes), dtype=np.int64), 2), chips)[present]
+    signs = np.tile(np.array([1, -1], dtype=np.int64), chips * len(sizes))[present]
     return PhysicalTopology(
         name=name,
         dims=sizes,

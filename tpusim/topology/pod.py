@@ -148,9 +148,7 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
     ring = data_view.axes[0].groups[0].members  # replica order: the data ring through the chip at the origin
     origin = topology.coords[list(ring)]
     chips = (origin[:, None, :] + base[None, :, :]) @ topology.radix
-    links = np.array([[topology.link_id(int(chips[d, s]), int(chips[d, t]))
-                       for s, t in zip(sub.link_src, sub.link_dst, strict=True)] for d in range(data)],
-                     dtype=np.int64).reshape(data, sub.num_links)
+    links = topology.link_ids(chips[:, sub.link_src], chips[:, sub.link_dst]).reshape(data, sub.num_links)
     chips.setflags(write=False)
     links.setflags(write=False)
     return PodMapping(topology, chosen, replica, data_view, chips, links, _pod_mesh(topology, keep, replica, chips,
