@@ -116,19 +116,20 @@ def interrupts_deferred() -> Iterator[None]:
     a second signal still acts at once). A body that fails after a stop signal arrived is taken as stopped by
     it: the signal reached the whole process group, and what the body waited for most likely died of it."""
     _STOP.loops += 1
+    failure: Exception | None = None
     try:
         yield
     except Exception as error:
+        failure = error
+    finally:
         _STOP.loops -= 1
-        if _STOP.received is not None and _STOP.installed and not _STOP.loops:
-            try:
-                _STOP.stop()
-            except Interrupted as stopped:
-                raise stopped from error
-        raise
-    _STOP.loops -= 1
     if _STOP.received is not None and _STOP.installed and not _STOP.loops:
-        _STOP.stop()
+        try:
+            _STOP.stop()
+        except Interrupted as stopped:
+            raise stopped from failure
+    if failure is not None:
+        raise failure
 
 
 def run_events(env: simpy.Environment) -> None:
