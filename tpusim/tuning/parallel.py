@@ -163,10 +163,10 @@ class SimulationPool:
 
     def abandon(self) -> None:
         """End the workers at once, whatever they run (the search was interrupted or failed): SIGKILL, so that
-        one still reading its start from this process prints nothing once this process is gone."""
-        import multiprocessing
-
-        for worker in multiprocessing.active_children():
+        one still reading its start from this process prints nothing once this process is gone. Only this pool's
+        workers: the executor keeps no public list of them, and every other child of this process (a Dask
+        cluster's, another pool's) is left alone."""
+        for worker in list(self._executor._processes.values()):
             worker.kill()
         self._lifeline.cut()
         self._executor.shutdown(wait=True, cancel_futures=True)
