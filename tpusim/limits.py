@@ -164,10 +164,16 @@ def available_memory() -> int | None:
     return min(known) if known else None
 
 
+def memory_exceeded(needed: float) -> int | None:
+    """The bytes this process may use (``available_memory``) where ``needed`` exceeds them, else None."""
+    available = available_memory()
+    return None if available is None or needed <= available else available
+
+
 def check_memory(needed: int, what: str, instead: str) -> None:
     """Refuse work whose estimated peak memory (``needed`` bytes) exceeds what this process may use."""
-    available = available_memory()
-    if available is None or needed <= available:
+    available = memory_exceeded(needed)
+    if available is None:
         return
     from tpusim.units import format_size
 

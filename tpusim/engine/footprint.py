@@ -30,7 +30,7 @@ from tpusim.topology.mapping import DATA_AXIS
 from tpusim.vocabulary import CollectiveOp, Ring
 
 __all__ = ["BASE_BYTES", "BYTES_PER_EVENT", "BYTES_PER_TRANSFER", "CHIP_POWER", "FULL_BYTES_PER_CHIP_POWER",
-           "check_events_memory", "collective_transfers", "full_fidelity_bytes", "step_footprint"]
+           "ROOTED_OPS", "check_events_memory", "collective_transfers", "full_fidelity_bytes", "step_footprint"]
 
 BASE_BYTES = 48e6
 FULL_BYTES_PER_CHIP_POWER = 7.5e3
@@ -38,7 +38,8 @@ CHIP_POWER = 1.5
 BYTES_PER_TRANSFER = 215.0
 BYTES_PER_EVENT = 100.0
 _RING_OPS = frozenset({CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_TO_ALL})
-_ROOTED_OPS = frozenset({CollectiveOp.BROADCAST, CollectiveOp.REDUCE})
+ROOTED_OPS = frozenset({CollectiveOp.BROADCAST, CollectiveOp.REDUCE})
+"""Collectives that relay one message down the group (and may choose their own chunking)."""
 
 
 def full_fidelity_bytes(chips: int) -> float:
@@ -55,7 +56,7 @@ def collective_transfers(op: CollectiveOp, chips: int, group: int, chunks: int, 
     both_ways = 2 if closed and ring is Ring.BIDIRECTIONAL else 1
     if op in _RING_OPS or op is CollectiveOp.ALL_REDUCE:
         per_group = group * (group - 1) * both_ways * (2 if op is CollectiveOp.ALL_REDUCE else 1)
-    elif op in _ROOTED_OPS:
+    elif op in ROOTED_OPS:
         per_group = group - 1
     else:
         per_group = group

@@ -14,6 +14,7 @@ from tpusim.engine.footprint import (
     BYTES_PER_TRANSFER,
     CHIP_POWER,
     FULL_BYTES_PER_CHIP_POWER,
+    ROOTED_OPS,
     collective_transfers,
     full_fidelity_bytes,
     step_footprint,
@@ -26,7 +27,6 @@ __all__ = ["BASE_BYTES", "BYTES_PER_TRANSFER", "CHIP_POWER", "FULL_BYTES_PER_CHI
            "check_gemm_memory", "check_step_memory", "collective_transfers"]
 
 VERIFY_OPERAND_FACTOR = 2.5
-_ROOTED_OPS = frozenset({CollectiveOp.BROADCAST, CollectiveOp.REDUCE})
 _INSTEAD = "use fidelity auto or symmetric, or fewer chips"
 
 
@@ -55,7 +55,7 @@ def check_collective_memory(op: CollectiveOp, chips: int, group: int, chunks: in
     collective chooses its own chunking, charged at the most it may choose (the profile's ``max_chunks``), the
     others run one chunk."""
     if chunks is None:
-        chunks = max_chunks if op in _ROOTED_OPS else 1
+        chunks = max_chunks if op in ROOTED_OPS else 1
     transfers = collective_transfers(op, chips, group, chunks, closed=closed, ring=ring)
     check_memory(int(BASE_BYTES + BYTES_PER_TRANSFER * transfers),
                  f"the {op} over groups of {group} of {chips} chips ({transfers} transfers)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.engine.footprint import step_footprint
-from tpusim.limits import MEMORY_ENV, available_memory
+from tpusim.limits import MEMORY_ENV, memory_exceeded
 from tpusim.model.memory import MemoryEstimate, estimate_memory
 from tpusim.topology import MeshMapping
 from tpusim.units import format_size
@@ -36,8 +36,8 @@ def host_shortfall(mapping: MeshMapping, full: bool) -> tuple[float, str] | None
     the measured footprint of ``engine.footprint``; None when it can. The tuner skips such a layout instead of
     failing midway (docs/limits.md#memory-estimate)."""
     needed, what = step_footprint(mapping, full)
-    available = available_memory()
-    if available is None or needed <= available:
+    available = memory_exceeded(needed)
+    if available is None:
         return None
     return needed, (f"simulating it needs about {format_size(int(needed))} of this machine's memory ({what}), more "
                     f"than the {format_size(available)} available here (set {MEMORY_ENV}=N if the estimate is wrong)")

@@ -374,9 +374,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage, slices)
             searches.append(search)
     searches = _simulable(searches, rejected, notes)
-    # keyed like ``MeshCandidate.key``: one logical mesh is a candidate of its own on each slice shape
-    reports = {(r.slice_shape or "", r.mesh): MeshReport(r.mesh, "skipped", r.reason, slice_shape=r.slice_shape)
-               for r in rejected}
+    reports = {r.key: MeshReport(r.mesh, "skipped", r.reason, slice_shape=r.slice_shape) for r in rejected}
 
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
         else f"searching {len(searches)} mesh(es) exhaustively")
@@ -399,10 +397,9 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         reports[search.candidate.key] = report
         count(1 + number, total)
     if not final:
-        known = {(r.slice_shape or "", r.mesh) for r in rejected}
+        known = {r.key for r in rejected}
         raise _no_mesh(request, batch, [*rejected, *(RejectedMesh(r.mesh, r.reason or "", r.slice_shape)
-                                                     for r in reports.values()
-                                                     if (r.slice_shape or "", r.mesh) not in known)])
+                                                     for key, r in reports.items() if key not in known)])
     final.sort(key=lambda item: item[:2])
 
     whole = replace(spec, batch=whole_batch, microbatches=memory.microbatches, dcn_slices=slices)

@@ -66,8 +66,8 @@ class MeshCandidate:
 
     @property
     def key(self) -> tuple[str, str]:
-        """What identifies the candidate in a search over several slice shapes: (slice shape, label)."""
-        return (self.slice_shape or "", self.label)
+        """What identifies the candidate in a search over several slice shapes (``mesh_key``)."""
+        return mesh_key(self.label, self.slice_shape)
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,16 @@ class RejectedMesh:
     reason: str
     slice_shape: str | None = None
     host_bytes: float | None = None  # what simulating it needs, where this machine cannot (``capacity``)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return mesh_key(self.mesh, self.slice_shape)
+
+
+def mesh_key(mesh: str, slice_shape: str | None) -> tuple[str, str]:
+    """What identifies a mesh in a search over several slice shapes: (slice shape, mesh label); one logical mesh
+    is a candidate of its own on each shape."""
+    return (slice_shape or "", mesh)
 
 
 def shown(mesh: str, slice_shape: str | None) -> str:
