@@ -8,6 +8,7 @@ from typing import Any
 
 from tpusim.config.requests import TuneRequest, parse_request
 from tpusim.experiments.families import get_family
+from tpusim.experiments.families.common import LEAD_FIELDS
 from tpusim.experiments.spec import expand, load_experiment
 
 MODELS = ("gpt3-175b", "megatron-nlg-530b-ms")
@@ -44,6 +45,7 @@ def _best(mesh: str, data_parallel: int, exposed_comm_s: float, exposed_data_com
 
 
 NO_FIT = "no configuration of gpt3-175b fits in HBM"
+UNRANGED = {f"meshslice_speedup_{field}": None for field in LEAD_FIELDS}  # run without the sensitivity settings
 
 
 def test_rows_split_the_step_and_keep_errors() -> None:
@@ -54,7 +56,7 @@ def test_rows_split_the_step_and_keep_errors() -> None:
     tuned = {"memory": "feasible", "algorithm": "meshslice", "chosen_algorithm": "meshslice", "dcn_data": 1,
              "step_time_s": 14.0, "mfu": 0.5, "hfu": 0.625, "compute_s": 12.0,
              "idle_s": 0.5, "memory_gb_per_chip": 12.5, "zero_stage": 1, "recompute": "full", "microbatches": 2,
-             "slices": [18, 6, 24, 24], "error": ""}
+             "slices": [18, 6, 24, 24], "error": "", "meshslice_speedup": 0.0, **UNRANGED}
     assert rows == [
         {"model": "gpt3-175b", "chips": 256, "batch": 256, "layout": "256x1", "named_layout": "layout of 256x1",
          "data_parallel": 1, "rows": 256,
@@ -67,11 +69,11 @@ def test_rows_split_the_step_and_keep_errors() -> None:
          "rows": None, "columns": None, "step_time_s": None, "mfu": None, "hfu": None,
          "compute_s": None, "exposed_tensor_comm_s": None, "exposed_data_comm_s": None, "idle_s": None,
          "memory_gb_per_chip": None, "zero_stage": 1, "recompute": None, "microbatches": None, "slices": None,
-         "error": NO_FIT},
+         "error": NO_FIT, "meshslice_speedup": None, **UNRANGED},
     ]
     # the CSV's columns, in this order
     assert list(rows[0]) == ["model", "memory", "algorithm", "chosen_algorithm", "chips", "dcn_data", "batch",
                              "layout", "named_layout", "data_parallel", "rows", "columns",
                              "step_time_s", "mfu", "hfu", "compute_s", "exposed_tensor_comm_s", "exposed_data_comm_s",
                              "idle_s", "memory_gb_per_chip", "zero_stage", "recompute", "microbatches", "slices",
-                             "error"]
+                             "error", "meshslice_speedup", *UNRANGED]

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="parallel worker processes (default: one per CPU)")
     p.add_argument("--redraw", action="store_true",
                    help="simulate nothing: redraw OUT/X/X.csv and X.png from the results.json of an earlier run")
+    p.add_argument("--lead-ranges", action="store_true",
+                   help="headline and pod: run every point under each sensitivity setting too (about 17 times "
+                        "the points on tpuv4), so that each lead has its range over them")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
     v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
@@ -39,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     with Bar("point") as bar:
         outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs,
-                            cache=args.context.cache_folder, redraw=args.redraw,
+                            cache=args.context.cache_folder, redraw=args.redraw, lead_ranges=args.lead_ranges,
                             progress=bar.phase if bar.drawn else None)
     if args.json:
         emit_json({"families": [{"name": o.name, "csv": str(o.csv), "png": str(o.png), "rows": o.rows}

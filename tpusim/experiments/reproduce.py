@@ -5,7 +5,9 @@ Family ``X`` runs the packaged experiment ``X`` (``tpusim/data/experiments/X/exp
 ``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on
 symmetric fidelity, layer extrapolation, caching and analytic pruning; without it, tune points search
 exhaustively. ``redraw`` simulates nothing: it rebuilds ``X.csv`` and ``X.png`` from the ``results.json`` an
-earlier run left in ``DIR/X/`` (to restyle a figure without re-running hours of tuning).
+earlier run left in ``DIR/X/`` (to restyle a figure without re-running hours of tuning). ``lead_ranges`` runs
+a family whose table has leads (``headline``, ``pod``) once more under each setting of the sensitivity family, so
+that its table gives every lead's range over them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tpusim.experiments.families.common import BASELINE
 from tpusim.experiments.interrupts import RunInterrupted
 from tpusim.experiments.results import check_output_dir, render_csv
 from tpusim.experiments.run import run_experiment
-from tpusim.experiments.spec import load_experiment
+from tpusim.experiments.spec import crossed, load_experiment
 from tpusim.files import FileRefused, read_bounded, write_atomic
 from tpusim.hardware import load_hardware
 
@@ -60,14 +62,21 @@ def _stored_run(folder: Path, family: str, hardware: str | None) -> tuple[list[d
 
 
 def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str | None = None,
-              jobs: int = 1, cache: Path | str | None = None, redraw: bool = False,
+              jobs: int = 1, cache: Path | str | None = None, redraw: bool = False, lead_ranges: bool = False,
               progress: Callable[[str, int, int], None] | None = None) -> list[FamilyOutput]:
     """Run family ``name`` (or ``all``) into ``out``; with ``redraw``, only draw its table and figure again from
-    the results an earlier run stored there. ``progress`` hears (family, points done, points in all) as each
-    point of a family finishes."""
+    the results an earlier run stored there. ``lead_ranges``: every family with leads runs under each
+    sensitivity setting too (about 17 times the points on a physical profile). ``progress`` hears (family, points
+    done, points in all) as each point of a family finishes."""
     if isinstance(out, str) and not out.strip():  # Path("") is the current folder: never meant
         raise UserError("out '' is empty; give the folder the results go to (it is created if missing)")
     names = family_names() if name == "all" else [get_family(name).name]
+    if lead_ranges and redraw:
+        raise UserError("--lead-ranges runs points and --redraw runs none; a redraw shows the ranges of whatever "
+                        "the stored run holds")
+    if lead_ranges and not any(get_family(n).leads for n in names):
+        raise UserError(f"--lead-ranges: family {name!r} has no lead to range; valid: "
+                        f"{', '.join(n for n in family_names() if get_family(n).leads)} or all")
     if hardware is not None and not redraw:
         load_hardware(hardware)  # fail on a bad name before anything runs
     out_dir = Path(out)
@@ -80,7 +89,7 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
             entries, profile = _stored_run(folder, family_name, hardware)
         else:
             entries, profile = _run(family_name, folder, quick=quick, hardware=hardware, jobs=jobs, cache=cache,
-                                    progress=progress)
+                                    progress=progress, settings=lead_ranges and family.leads)
         rows = family.table(entries)
         csv_path = folder / f"{family_name}.csv"
         png_path = folder / f"{family_name}.png"
@@ -94,9 +103,15 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
     return outputs
 
 
+SETTINGS_FAMILY = "sensitivity"
+"""The family whose ``scale`` list (and the exclusions of it) are the settings a lead is ranged over."""
+
+
 def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: int, cache: Path | str | None,
-         progress: Callable[[str, int, int], None] | None = None) -> tuple[list[dict[str, Any]], str]:
-    """Run ``family``'s packaged experiment into ``folder``: its finished points and the profile they ran on."""
+         progress: Callable[[str, int, int], None] | None = None,
+         settings: bool = False) -> tuple[list[dict[str, Any]], str]:
+    """Run ``family``'s packaged experiment into ``folder`` (with ``settings``, under each sensitivity setting
+    too): its finished points and the profile they ran on."""
     experiment = load_experiment(family)
     point = experiment.point
     updates: dict[str, Any] = {}
@@ -106,6 +121,10 @@ def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: 
         updates["exhaustive"] = True
     if updates:
         experiment = experiment.model_copy(update={"point": point.model_copy(update=updates)})
+    if settings:
+        sweep = load_experiment(SETTINGS_FAMILY).sweep
+        scaled = [pattern for pattern in sweep.exclude if any(k.split(".")[0] == "scale" for k in pattern)]
+        experiment = crossed(experiment, "scale", sweep.grid["scale"], scaled, family)
     try:
         points = None if progress is None else partial(progress, family)
         run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache, progress=points)
@@ -147,5 +166,18 @@ def headline_table(rows: list[dict[str, Any]]) -> str:
         if first.get("speedup_vs_best_other_2d") is not None:
             lines.append(f"{model}, memory {memory}: MeshSlice vs best other 2D ({first['best_other_2d']}) "
                          f"{100 * first['speedup_vs_best_other_2d']:+.1f}% (paper: "
-                         f"+{100 * first['paper_claim_vs_best_2d']:.1f}%)")
+                         f"+{100 * first['paper_claim_vs_best_2d']:.1f}%)"
+                         + lead_text(first, "speedup_vs_best_other_2d"))
     return "\n".join(lines)
+
+
+def lead_text(row: dict[str, Any], column: str) -> str:
+    """``; over N settings LOW (where) to HIGH (where), WHETHER IT HOLDS`` for a row's lead ``column``, or
+    nothing when it was not run under the sensitivity settings."""
+    settings = row.get(f"{column}_settings")
+    if not settings:
+        return ""
+    verdict = {True: "the same sign under every setting", False: "its sign changes with the setting",
+               None: "no unscaled lead, or a tie"}[row.get(f"{column}_holds")]
+    return (f"; over {settings} settings {100 * row[f'{column}_low']:+.1f}% ({row[f'{column}_low_at']}) to "
+            f"{100 * row[f'{column}_high']:+.1f}% ({row[f'{column}_high_at']}): {verdict}")

@@ -163,6 +163,27 @@ def expand(experiment: Experiment, source: str = "experiment", max_points: int |
     return points
 
 
+def crossed(experiment: Experiment, key: str, values: list[Any], exclude: list[dict[str, Any]],
+            source: str = "experiment") -> Experiment:
+    """``experiment`` with every point, the grid's and the include list's alike, run once per value of ``key``
+    (which the sweep must not already vary), except where a point so made matches a pattern of ``exclude``."""
+    sweep = experiment.sweep
+    if key in sweep.grid or any(key in extra for extra in sweep.include):
+        raise UserError(f"{source}: the sweep already varies {key!r}, so it cannot be run under another {key} list")
+    base = experiment.point.model_dump(by_alias=True, exclude_unset=True)
+    base["kind"] = experiment.point.kind
+    include = []
+    for extra in sweep.include:
+        for value in values:
+            laid = {**extra, key: value}
+            dumped = validate(Point, _point(base, laid, source), source).model_dump(by_alias=True)
+            if not any(_matches(dumped, pattern) for pattern in exclude):
+                include.append(laid)
+    grown = sweep.model_copy(update={"grid": {**sweep.grid, key: list(values)}, "include": include,
+                                     "exclude": [*sweep.exclude, *exclude]})
+    return experiment.model_copy(update={"sweep": grown})
+
+
 def canonical(data: Any) -> str:
     """Deterministic JSON text (sorted keys) used for hashing and for result files."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)

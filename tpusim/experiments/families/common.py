@@ -162,6 +162,49 @@ def panel_figure(rows: list[dict[str, Any]], width: float, height: float) -> tup
     return fig, axes, panels
 
 
+SCALE_SYMBOLS = MappingProxyType({"alpha": "α", "lambda": "λ", "beta": "β", "step": "σ", "op": "op"})
+NOMINAL = "as calibrated"
+"""The setting label of a point whose profile constants are all unscaled."""
+
+
+def scale_label(scale: dict[str, float]) -> str:
+    """A point's sensitivity setting: its changed ``scale`` factors (``βx0.5``), or ``as calibrated``."""
+    changed = [f"{SCALE_SYMBOLS.get(k, k)}x{v:g}" for k, v in scale.items() if v != 1.0]
+    return ", ".join(changed) or NOMINAL
+
+
+def by_setting(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Finished points grouped by sensitivity setting (``scale_label``), the unscaled ones first (possibly none)."""
+    grouped: dict[str, list[dict[str, Any]]] = {NOMINAL: []}
+    for entry in entries:
+        grouped.setdefault(scale_label(entry["point"].get("scale") or {}), []).append(entry)
+    return grouped
+
+
+LEAD_FIELDS = ("settings", "low", "low_at", "high", "high_at", "holds")
+"""The range columns ``lead_range`` gives a lead column ``X``: ``X_settings`` ... ``X_holds``."""
+
+
+def lead_range(name: str, leads: dict[str, float | None]) -> dict[str, Any]:
+    """The range of the lead column ``name`` over sensitivity settings (``leads``: setting label -> that setting's
+    re-tuned lead, None where a side had no result): how many settings have one, the lowest and highest and where,
+    and whether every setting agrees in sign with the unscaled lead (None without one, when it is a tie, or
+    without another setting). With no scaled setting every column is None, so a table keeps its columns either way."""
+    known = {label: lead for label, lead in leads.items() if lead is not None}
+    columns: dict[str, Any] = {f"{name}_{field}": None for field in LEAD_FIELDS}
+    if len(leads) < 2 or not known:  # run without the sensitivity settings
+        return columns
+    low = min(known, key=known.__getitem__)
+    high = max(known, key=known.__getitem__)
+    nominal = known.get(NOMINAL)
+    holds = None
+    if nominal and len(known) > 1:  # an unscaled tie has no sign to hold
+        holds = all((lead > 0) == (nominal > 0) and lead != 0 for lead in known.values())
+    columns.update({f"{name}_settings": len(known), f"{name}_low": known[low], f"{name}_low_at": low,
+                    f"{name}_high": known[high], f"{name}_high_at": high, f"{name}_holds": holds})
+    return columns
+
+
 MEMORY_NOTE = ("Memory feasible: every configuration fits in HBM (recomputation and micro-batches chosen by the "
                "tuner); memory ignored: the paper's accounting.")
 

@@ -15,10 +15,13 @@ from tpusim.experiments.families.common import (
     CLIPPED_NOTE,
     COLOURS,
     MEMORY_NOTE,
+    NOMINAL,
     PAPER_SPEEDUP,
     by_model,
+    by_setting,
     clip_tall_bars,
     figure,
+    lead_range,
     memory_label,
     panel_figure,
     save,
@@ -30,16 +33,39 @@ from tpusim.experiments.families.sweeps import speedups
 from tpusim.experiments.runners import run_request
 
 
-def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
+def _times(entries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """Each (model, memory treatment)'s tuned step time per algorithm (None where the point found nothing)."""
     times: dict[tuple[str, str], dict[str, float | None]] = {}
     for entry in entries:
         point, best = entry["point"], step_of(entry)
-        memory = memory_label(point)
+        times.setdefault((point["model"], memory_label(point)), {})[point["algorithm"]] = (
+            best["step_time_s"] if best else None)
+    return times
+
+
+def _leads(times: dict[str, float | None]) -> dict[str, float | None]:
+    """MeshSlice's speedup T / T_MS - 1 over each algorithm of ``times``, and over the best other 2D algorithm
+    (under ``BEST_OTHER``)."""
+    ms = times.get("meshslice")
+    leads: dict[str, float | None] = {a: (t / ms - 1.0) if (t and ms) else None for a, t in times.items()}
+    leads[BEST_OTHER] = speedups(times).get("speedup_vs_best")
+    return leads
+
+
+BEST_OTHER = "best other 2D"
+
+
+def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model, memory treatment and algorithm of the unscaled points; with points under the
+    sensitivity settings too (``reproduce headline --lead-ranges``), each lead's range over them."""
+    settings = by_setting(entries)
+    rows = []
+    times = _times(settings[NOMINAL])
+    for entry in settings[NOMINAL]:
+        point, best = entry["point"], step_of(entry)
         result = entry.get("result") or {}
-        times.setdefault((point["model"], memory), {})[point["algorithm"]] = best["step_time_s"] if best else None
         rows.append({
-            "model": point["model"], "memory": memory, "algorithm": point["algorithm"],
+            "model": point["model"], "memory": memory_label(point), "algorithm": point["algorithm"],
             "hardware": point["hardware"], "mesh": best["mesh"] if best else "",
             "layout": best.get("layout", "") if best else "",
             "chosen_algorithm": result.get("algorithm") if best else None,
@@ -49,8 +75,11 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "step_time_s": best["step_time_s"] if best else None, "mfu": best["mfu"] if best else None,
             "hfu": best.get("hfu") if best else None, "error": entry.get("error") or "",
         })
+    leads = {label: {key: _leads(setting) for key, setting in _times(group).items()}
+             for label, group in settings.items()}
     for row in rows:
-        summary = speedups(times[(row["model"], row["memory"])])
+        key = (row["model"], row["memory"])
+        summary = speedups(times[key])
         t = row["step_time_s"]
         ms = summary["meshslice_s"]
         row["meshslice_speedup"] = (t / ms - 1.0) if (t and ms) else None
@@ -58,6 +87,8 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["best_other_2d"] = summary.get("best_other")
         row["speedup_vs_best_other_2d"] = summary.get("speedup_vs_best")
         row["paper_claim_vs_best_2d"] = PAPER_SPEEDUP.get(row["model"])
+        for column, lead in (("meshslice_speedup", row["algorithm"]), ("speedup_vs_best_other_2d", BEST_OTHER)):
+            row |= lead_range(column, {label: setting.get(key, {}).get(lead) for label, setting in leads.items()})
     return rows
 
 
@@ -113,7 +144,7 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 HEADLINE = Family("headline", "256 chips, batch 256: each algorithm at its tuned configuration", _headline_rows,
-                  _headline_plot)
+                  _headline_plot, leads=True)
 
 
 def _breakdown_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,9 +16,11 @@ Row = dict[str, Any]
 @dataclass(frozen=True)
 class Family:
     """``table`` turns the finished points of ``results.json`` into the rows of ``X.csv``; ``plot`` draws
-    ``X.png`` from those rows."""
+    ``X.png`` from those rows. ``leads``: its table gives each lead's range when its points also ran under the
+    sensitivity family's settings (``reproduce --lead-ranges``)."""
 
     name: str
     title: str
     table: Callable[[list[Entry]], list[Row]]
     plot: Callable[[list[Row], Path, str], None]
+    leads: bool = False

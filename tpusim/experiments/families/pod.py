@@ -15,6 +15,9 @@ from typing import Any
 from tpusim.experiments.families.common import (
     BASELINE,
     MEMORY_NOTE,
+    NOMINAL,
+    by_setting,
+    lead_range,
     memory_label,
     panel_figure,
     save,
@@ -44,9 +47,33 @@ def _sides(layout: str, data_parallel: int) -> tuple[int, int, int]:
     return data_parallel, rows, columns
 
 
-def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
+def _pod_key(point: dict[str, Any]) -> tuple[str, str, int, int]:
+    """The comparison a pod point belongs to: model, memory treatment, chips and slices over DCN."""
+    return point["model"], memory_label(point), point["chips"], point.get("dcn_data", 1)
+
+
+def _pod_leads(entries: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dict[str, float | None]]:
+    """MeshSlice's speedup T / T_MS - 1 over each algorithm of every comparison (``all``: the best layout of any
+    kind; negative where it beats MeshSlice)."""
+    times: dict[tuple[str, str, int, int], dict[str, float | None]] = {}
     for entry in entries:
+        best = step_of(entry)
+        times.setdefault(_pod_key(entry["point"]), {})[entry["point"]["algorithm"]] = (
+            best["step_time_s"] if best else None)
+    leads = {}
+    for key, by_algorithm in times.items():
+        ms = by_algorithm.get("meshslice")
+        leads[key] = {a: (t / ms - 1.0) if (t and ms) else None for a, t in by_algorithm.items()}
+    return leads
+
+
+def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per unscaled point; with points under the sensitivity settings too (``reproduce pod
+    --lead-ranges``), the range of MeshSlice's speedup over them."""
+    settings = by_setting(entries)
+    leads = {label: _pod_leads(group) for label, group in settings.items()}
+    rows = []
+    for entry in settings[NOMINAL]:
         point, best = entry["point"], step_of(entry)
         result = entry.get("result") or {}
         row: dict[str, Any] = {
@@ -77,6 +104,10 @@ def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "recompute": result.get("recompute"), "microbatches": result.get("microbatches"),
                 "slices": best["slices"],
             })
+        key, algorithm = _pod_key(point), point["algorithm"]
+        row["meshslice_speedup"] = leads[NOMINAL][key].get(algorithm)
+        row |= lead_range("meshslice_speedup", {label: setting.get(key, {}).get(algorithm)
+                                                for label, setting in leads.items()})
         rows.append(row)
     return rows
 
@@ -150,4 +181,4 @@ def _pod_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 POD = Family("pod", "TPUv4 pods: MeshSlice with data parallelism and the best layout of any kind (batch = chips)",
-             _pod_rows, _pod_plot)
+             _pod_rows, _pod_plot, leads=True)

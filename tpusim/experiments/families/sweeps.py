@@ -16,6 +16,7 @@ from tpusim.experiments.families.common import (
     memory_label,
     panel_figure,
     save,
+    scale_label,
     shared_legend,
     step_of,
 )
@@ -116,14 +117,6 @@ SLICE_SWEEP = Family("slice-sweep", "MeshSlice step time against the slice count
 MESH_SHAPES = Family("mesh-shapes", "MeshSlice on five 2048-chip mesh shapes", _step_rows, _mesh_plot)
 
 
-SCALE_SYMBOLS = MappingProxyType({"alpha": "α", "lambda": "λ", "beta": "β", "step": "σ", "op": "op"})
-
-
-def _scale_label(scale: dict[str, float]) -> str:
-    changed = [f"{SCALE_SYMBOLS.get(k, k)}x{v:g}" for k, v in scale.items() if v != 1.0]
-    return ", ".join(changed) or "as calibrated"
-
-
 def speedups(times: dict[str, float | None]) -> dict[str, Any]:
     """MeshSlice's speedup over each other 2D algorithm and over the best of them, both definitions."""
     ms = times.get("meshslice")
@@ -146,7 +139,7 @@ def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], dict[str, float | None]] = {}
     for entry in entries:
         point, best = entry["point"], step_of(entry)
-        key = (point["model"], _scale_label(point["scale"]))
+        key = (point["model"], scale_label(point["scale"]))
         groups.setdefault(key, {})[point["algorithm"]] = best["step_time_s"] if best else None
     rows = []
     for (model, label), times in groups.items():
