@@ -306,6 +306,7 @@ def test_topology_imports_only_errors_and_units_from_tpusim() -> None:
 
 
 @pytest.mark.parametrize("spec", ["torus:16x16", "mesh:4x4", "4x4x4", "2x2x4", "2x4x4", "torus:2x3", "torus:3x5",
+                                  "torus:4x6", "4x8x8",
                                   "mesh:1x4", "torus:1", "4x4x8t"])
 def test_routes_of_many_pairs_are_each_pairs_route(spec: str) -> None:
     topology = parse_topology(spec)

@@ -8,6 +8,7 @@ import pytest
 import tpusim.api as tp
 from tpusim.errors import TopologyError
 from tpusim.topology import map_mesh, parse_topology
+from tpusim.topology.mapping import DATA_AXIS
 from tpusim.topology.pod import map_pod
 
 POD = parse_topology("16x16x16")
@@ -19,7 +20,7 @@ def test_a_pod_puts_the_data_axis_on_one_wrapped_axis_and_replicas_on_the_rest()
     assert [POD.axis_names[a] for a in pod.data_axes] == ["z"]
     assert pod.replica.topology is not None and pod.replica.topology.dims == (16, 16)
     assert pod.replica.topology.wrap == (True, True) and pod.replica.topology.axis_names == ("x", "y")
-    data = pod.data_view.axes[0]
+    data = pod.mesh.axes[DATA_AXIS]
     assert (data.size, data.embedding, data.closed, data.max_hops) == (16, "wrapped ring", True, 1)
     assert len(data.groups) == 256
 
@@ -33,7 +34,7 @@ def test_replicas_partition_the_chips_and_each_data_ring_joins_one_place_of_ever
     assert all(len(set(coords[d, :, 2].tolist())) == 1 for d in range(16))
     assert (coords[:, :, :2] == coords[:1, :, :2]).all()
     # replica d is rank d of the data rings
-    for group in pod.data_view.axes[0].groups[:8]:
+    for group in pod.mesh.axes[DATA_AXIS].groups[:8]:
         assert [int(np.argwhere(chips == chip)[0][0]) for chip in group.members] == list(range(16))
 
 
@@ -49,7 +50,7 @@ def test_replica_links_are_the_physical_links_between_the_replica_chips() -> Non
                 int(pod.replica_chips[d, src]), int(pod.replica_chips[d, dst]))
     # no replica link is a data-axis link: tensor and data parallelism never share a link
     assert set(pod.replica_links.ravel().tolist()).isdisjoint(
-        {link for g in pod.data_view.axes[0].groups for route in g.fwd_routes + g.bwd_routes for link in route})
+        {link for g in pod.mesh.axes[DATA_AXIS].groups for route in g.fwd_routes + g.bwd_routes for link in route})
 
 
 def test_one_replica_is_todays_mapping() -> None:
@@ -65,7 +66,7 @@ def test_data_axes_can_be_named_and_their_size_is_checked() -> None:
     topology = parse_topology("4x8x8")
     pod = map_pod(topology, 64, 2, 2, data_axes="y*z")
     assert [topology.axis_names[a] for a in pod.data_axes] == ["y", "z"]
-    assert pod.data_view.axes[0].embedding == "snake"
+    assert pod.mesh.axes[DATA_AXIS].embedding == "snake"
     with pytest.raises(TopologyError, match="data axes 'x' have 4 chips on 'tpuv4:4x8x8', not the 8"):
         map_pod(topology, 8, 16, 2, data_axes="x")
 
@@ -92,3 +93,22 @@ def test_data_parallel_gradient_collectives_equal_their_twins(op: str) -> None:
     assert result.analytic_time_s is not None
     assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
     assert result.mapping["axis0"]["physical"] == ["z"]
+
+
+@pytest.mark.parametrize(("spec", "layout"), [("16x16x16", (16, 16, 16)), ("4x8x8", (64, 2, 2)),
+                                              ("4x4x16", (16, 4, 4))])
+def test_the_data_rings_are_those_of_the_whole_topology_as_a_d_by_rc_mesh(spec: str,
+                                                                           layout: tuple[int, int, int]) -> None:
+    """The data axis is placed once, on the pod mesh, by the rules of axis 0 of a D x (R*C) mesh of the whole
+    topology (whose other axis is never placed): the same rings, routes and embedding as that mesh's."""
+    topology = parse_topology(spec)
+    pod = map_pod(topology, *layout)
+    names = topology.axis_names
+    taken = [names[a] for a in pod.data_axes]
+    view = f"{'*'.join(taken)},{'*'.join(n for n in names if n not in taken) or '1'}"
+    whole = map_mesh(topology, layout[0], layout[1] * layout[2], view).axes[0]
+    data = pod.mesh.axes[DATA_AXIS]
+    assert (data.embedding, data.closed, data.max_hops, data.pieces) == (
+        whole.embedding, whole.closed, whole.max_hops, whole.pieces)
+    rings = {(g.members, g.fwd_routes, g.bwd_routes) for g in data.groups}
+    assert rings == {(g.members, g.fwd_routes, g.bwd_routes) for g in whole.groups}

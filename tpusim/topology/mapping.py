@@ -32,6 +32,7 @@ __all__ = [
     "abstract_mesh",
     "closed_ring",
     "map_mesh",
+    "mesh_layout",
     "parse_mesh",
     "place_axis",
 ]
@@ -286,6 +287,17 @@ def _offsets(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> np.nd
 
 def map_mesh(topology: PhysicalTopology, rows: int, cols: int, axis_map: str | None = None) -> MeshMapping:
     """Place an R x C logical mesh on a topology; `axis_map` (e.g. ``"x*y,z"``) overrides the search."""
+    pieces, chip_grid = mesh_layout(topology, rows, cols, axis_map)
+    rows, cols = chip_grid.shape
+    axes = (place_axis(topology, 0, pieces[0], [chip_grid[:, j] for j in range(cols)]),
+            place_axis(topology, 1, pieces[1], [chip_grid[i, :] for i in range(rows)]))
+    return MeshMapping(topology=topology, shape=(rows, cols), axes=axes, chip_grid=chip_grid)
+
+
+def mesh_layout(topology: PhysicalTopology, rows: int, cols: int,
+                axis_map: str | None = None) -> tuple[tuple[tuple[AxisPiece, ...], tuple[AxisPiece, ...]], np.ndarray]:
+    """Where an R x C logical mesh goes, without its routes: each axis's pieces and the [R, C] chip grid
+    (``map_mesh`` places both axes on them; a pod needs only its data axis's)."""
     _check_shape(rows, cols)
     rows, cols = int(rows), int(cols)
     if rows * cols != topology.num_chips:
@@ -307,10 +319,7 @@ def map_mesh(topology: PhysicalTopology, rows: int, cols: int, axis_map: str | N
     offsets = (_offsets(topology, pieces[0]), _offsets(topology, pieces[1]))
     coords = offsets[0][:, None, :] + offsets[1][None, :, :]
     radix = np.cumprod((1, *topology.dims[:-1]), dtype=np.int64)
-    chip_grid = coords @ radix
-    axes = (place_axis(topology, 0, pieces[0], [chip_grid[:, j] for j in range(cols)]),
-            place_axis(topology, 1, pieces[1], [chip_grid[i, :] for i in range(rows)]))
-    return MeshMapping(topology=topology, shape=(rows, cols), axes=axes, chip_grid=chip_grid)
+    return pieces, coords @ radix
 
 
 def closed_ring(topology: PhysicalTopology, pieces: tuple[AxisPiece, ...]) -> bool:

@@ -271,10 +271,46 @@ class PhysicalTopology:
         targets = np.asarray(dst, dtype=np.int64).ravel()
         if self.twist is not None or not sources.size or not self.num_links:
             return [self.route(int(a), int(b)) for a, b in zip(sources, targets, strict=True)]
-        found, links = self._one_hop(sources, targets)
-        return [(link,) if one_hop else self.route(a, b)
-                for one_hop, link, a, b in zip(found.tolist(), links.tolist(), sources.tolist(), targets.tolist(),
-                                               strict=True)]
+        for chips in (sources, targets):
+            bad = chips[(chips < 0) | (chips >= self.num_chips)]
+            if bad.size:
+                self._check_chip(int(bad[0]))
+        return self._dimension_ordered(sources, targets)
+
+    def _dimension_ordered(self, sources: np.ndarray, targets: np.ndarray) -> list[tuple[int, ...]]:
+        """``route`` of every pair, walked for all pairs at once: axis by axis, one step of every pair that still
+        has one on that axis at a time (the same rule as ``route``, so the same links)."""
+        chip = sources.copy()
+        goal = self._coords[targets]
+        pairs: list[np.ndarray] = []
+        links: list[np.ndarray] = []
+        for axis, size in enumerate(self.dims):
+            here, there = self._coords[chip, axis], goal[:, axis]
+            if self.wrap[axis]:
+                ahead = (there - here) % size
+                forward = ahead <= size - ahead  # an exact tie goes the + way
+                steps = np.where(forward, ahead, size - ahead)
+            else:
+                forward = there > here
+                steps = np.abs(there - here)
+            slot = np.where(forward, 0, 1)
+            for step in range(int(steps.max(initial=0))):
+                moving = np.flatnonzero(steps > step)
+                hop = self._hop[chip[moving], axis, slot[moving]]
+                pairs.append(moving)
+                links.append(hop)
+                chip[moving] = self.link_dst[hop]
+        if not pairs:
+            return [() for _ in range(len(sources))]
+        owner = np.concatenate(pairs)
+        order = np.argsort(owner, kind="stable")  # each pair's links in the order walked
+        walked = np.concatenate(links)[order].tolist()
+        ends = np.cumsum(np.bincount(owner, minlength=len(sources))).tolist()
+        found, start = [], 0
+        for end in ends:
+            found.append(tuple(walked[start:end]))
+            start = end
+        return found
 
     def _twisted_route(self, chip: int, target: int) -> tuple[int, ...]:
         shortest = self._shortest

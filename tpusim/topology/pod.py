@@ -4,7 +4,7 @@ The data axis takes whole physical axes, so every replica is the same sub-topolo
 wraparound) and the links of the data axis are disjoint from every replica's links: a replica's R x C mesh is
 placed on its sub-topology by the ordinary mapping rules (:func:`~tpusim.topology.mapping.map_mesh`), and the
 data-parallel groups (the D chips at the same place of every replica) form rings along the data axes, placed by the
-same rules on the whole topology (``data_view``: a D x (R*C) mesh whose axis 0 is the data axis).
+same rules on the whole topology (as axis 0 of a D x (R*C) mesh, of which only that axis is placed).
 
 Which physical axes the data axis takes, when several choices give D chips (docs/network.md#data-parallel-layouts):
 first those that leave a replica mesh of whole physical axes, then the fewest axes, then wrapped ones (a closed
@@ -24,7 +24,7 @@ import numpy as np
 
 from tpusim.errors import TopologyError
 from tpusim.topology.axis_pieces import AxisPiece, choose_pieces
-from tpusim.topology.mapping import DATA_AXIS, MeshMapping, map_mesh, place_axis
+from tpusim.topology.mapping import DATA_AXIS, MeshMapping, map_mesh, mesh_layout, place_axis
 from tpusim.topology.physical import PhysicalTopology, build_topology
 
 __all__ = ["PodMapping", "map_pod"]
@@ -40,8 +40,6 @@ class PodMapping:
     """The physical axes the data axis takes, in ring order."""
     replica: MeshMapping
     """The R x C mesh on the replica sub-topology (chip ids 0..R*C-1 of that sub-topology)."""
-    data_view: MeshMapping
-    """The whole topology as a D x (R*C) mesh: axis 0 is the data axis, one group per place in a replica."""
     replica_chips: np.ndarray
     """[D, R*C]: the physical chip of replica d's sub-topology chip q."""
     replica_links: np.ndarray
@@ -63,7 +61,7 @@ class PodMapping:
             "layout": "x".join(str(n) for n in self.shape),
             "topology": self.topology.name,
             "data": {"size": self.shape[0], "physical": [names[a] for a in self.data_axes],
-                     "embedding": self.data_view.axes[0].embedding, "closed": self.data_view.axes[0].closed},
+                     "embedding": self.mesh.axes[DATA_AXIS].embedding, "closed": self.mesh.axes[DATA_AXIS].closed},
             "replica": self.replica.describe(),
         }
 
@@ -140,25 +138,26 @@ def map_pod(topology: PhysicalTopology, data: int, rows: int, cols: int, *, axis
     replica = map_mesh(sub, rows, cols, axis_map)
     names = topology.axis_names
     view_map = f"{'*'.join(names[a] for a in chosen) or '1'},{'*'.join(names[a] for a in keep) or '1'}"
-    data_view = map_mesh(topology, data, rows * cols, view_map)
+    # the data axis as axis 0 of a D x (R*C) mesh of the whole topology; its other axis is never placed
+    data_pieces, view_grid = mesh_layout(topology, data, rows * cols, view_map)
     # replica d's chips: its data-ring offset added to the sub-topology coordinates laid on the kept axes
     base = np.zeros((sub.num_chips, len(topology.dims)), dtype=np.int64)
     for position, axis in enumerate(keep):
         base[:, axis] = sub.coords[:, position]
-    ring = data_view.axes[0].groups[0].members  # replica order: the data ring through the chip at the origin
+    ring = view_grid[:, 0]  # replica order: the data ring through the chip at the origin
     origin = topology.coords[list(ring)]
     chips = (origin[:, None, :] + base[None, :, :]) @ topology.radix
     links = topology.link_ids(chips[:, sub.link_src], chips[:, sub.link_dst]).reshape(data, sub.num_links)
     chips.setflags(write=False)
     links.setflags(write=False)
-    return PodMapping(topology, chosen, replica, data_view, chips, links, _pod_mesh(topology, keep, replica, chips,
-                                                                                    data_view))
+    return PodMapping(topology, chosen, replica, chips, links, _pod_mesh(topology, keep, replica, chips,
+                                                                         data_pieces[0]))
 
 
 def _pod_mesh(topology: PhysicalTopology, keep: tuple[int, ...], replica: MeshMapping, chips: np.ndarray,
-              data_view: MeshMapping) -> MeshMapping:
+              data_pieces: tuple[AxisPiece, ...]) -> MeshMapping:
     """The three-axis mesh of a layout: the replica's axes on the whole topology in every replica, and the data
-    rings (``data_view``'s, whose rank d is replica d) one per place (i, j)."""
+    rings (on ``data_pieces``, rank d in replica d) one per place (i, j)."""
     rows, cols = replica.shape
     grid = chips[:, replica.chip_grid]  # [D, R, C]
 
@@ -171,7 +170,7 @@ def _pod_mesh(topology: PhysicalTopology, keep: tuple[int, ...], replica: MeshMa
                                                                   for j in range(cols)]),
         place_axis(topology, 1, lifted(replica.axes[1].pieces), [grid[d, i, :] for d in range(data)
                                                                   for i in range(rows)]),
-        place_axis(topology, DATA_AXIS, data_view.axes[0].pieces, [grid[:, i, j] for i in range(rows)
+        place_axis(topology, DATA_AXIS, data_pieces, [grid[:, i, j] for i in range(rows)
                                                                     for j in range(cols)]),
     )
     return MeshMapping(topology=topology, shape=(rows, cols), axes=axes, chip_grid=grid, replica=replica)
