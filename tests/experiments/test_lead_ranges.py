@@ -151,3 +151,27 @@ def test_lead_ranges_are_refused_for_a_family_without_leads_and_with_redraw(tmp_
         reproduce("headline", tmp_path, lead_ranges=True, redraw=True)
     assert str(refused.value).startswith("--lead-ranges runs points and --redraw runs none")
     assert not any(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_family_tables_are_tidy_for_a_plain_read_csv(tmp_path: Path) -> None:
+    """Per-layer lists become a column per layer, other lists one cell, and a text cell with nothing in it reads
+    ``none``, so every column reads as one dtype (the rules of results.csv)."""
+    import pandas as pd
+
+    from tpusim.experiments.results import render_csv
+    from tpusim.experiments.rows import tidy
+
+    rows = [{"algorithm": "meshslice", "slices": [6, 3, 8, 8], "dataflows": ["os", "os", "os", "ls"],
+             "meshes": ["64x4", "32x8"], "best_other_2d": "wang", "error": "", "step_time_s": 1.5},
+            {"algorithm": "wang", "slices": [None] * 4, "dataflows": None, "meshes": [], "best_other_2d": None,
+             "error": "", "step_time_s": None}]
+    table = tidy(rows)
+    assert table[0]["slices_ff1"] == 8 and table[1]["slices_ff1"] is None
+    assert (table[0]["dataflows_ff2"], table[1]["dataflows_ff2"]) == ("ls", "none")
+    assert (table[0]["meshes"], table[1]["meshes"]) == ("64x4 32x8", "none")
+    path = tmp_path / "t.csv"
+    path.write_text(render_csv(table, list(table[0])))
+    read = pd.read_csv(path)
+    assert {str(read[c].dtype) for c in ("slices_qkv", "step_time_s")} == {"float64"}
+    assert read["error"].tolist() == ["none", "none"] and read["best_other_2d"].tolist() == ["wang", "none"]
+    assert read["dataflows_qkv"].tolist() == ["os", "none"]

@@ -25,6 +25,7 @@ from tpusim.experiments.families import family_names, get_family
 from tpusim.experiments.families.common import BASELINE
 from tpusim.experiments.interrupts import RunInterrupted
 from tpusim.experiments.results import check_output_dir, render_csv
+from tpusim.experiments.rows import tidy
 from tpusim.experiments.run import run_experiment
 from tpusim.experiments.spec import crossed, load_experiment
 from tpusim.files import FileRefused, read_bounded, write_atomic
@@ -94,7 +95,8 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
         csv_path = folder / f"{family_name}.csv"
         png_path = folder / f"{family_name}.png"
         try:
-            write_atomic(csv_path, render_csv(rows, list(rows[0]) if rows else []), "table")
+            table = tidy(rows)
+            write_atomic(csv_path, render_csv(table, list(table[0]) if table else []), "table")
             family.plot(rows, png_path, f"{family.title} [{profile}]")
         except OSError as error:  # a full disk, a file size limit: the run's results.json is whole
             raise OutputPathError(f"cannot write the {family_name} table and figure in {str(folder)!r}: "

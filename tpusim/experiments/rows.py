@@ -195,3 +195,25 @@ def row_of(index: int, settings: dict[str, Any], outcome: dict[str, Any], column
     # names of the shared vocabulary are str enums: kept as plain text in rows and in results.json
     return {column: str(cells[column]) if isinstance(cells.get(column), str) else cells.get(column)
             for column in columns}
+
+
+def tidy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table rows (a reproduction family's) under the rules of ``results.csv``: a per-FF-layer list (``PER_LAYER``)
+    one column per layer, any other list one cell of space-separated items, and a text column's missing cells
+    ``none`` (an ``error`` of a row that has none, too), so that a plain ``pandas.read_csv`` reads every column
+    as one dtype."""
+    flat: list[dict[str, Any]] = []
+    for row in rows:
+        cells: dict[str, Any] = {}
+        for name, value in row.items():
+            if name in PER_LAYER and (value is None or isinstance(value, list | tuple)):
+                cells.update(_per_layer(name, value))
+            elif isinstance(value, list | tuple):
+                cells[name] = " ".join(str(item) for item in value) or NONE
+            else:
+                cells[name] = value
+        flat.append(cells)
+    text = {name for cells in flat for name, value in cells.items() if isinstance(value, str)}
+    text.add("error")
+    return [{name: NONE if name in text and value in (None, "") else value for name, value in cells.items()}
+            for cells in flat]
