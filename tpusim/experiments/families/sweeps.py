@@ -172,12 +172,18 @@ def _scale_tick(label: str) -> str:
     return label
 
 
+TICK_WIDTH = 1.2
+"""Inches of figure width per bar of the sensitivity figure: its longest tick line ("slower compute") at 8 pt."""
+
+
 def _sensitivity_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     from matplotlib.patches import Patch
 
     grouped = by_model(rows)
-    fig, axes = figure(len(grouped), width=7.0, height=4.8)
-    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=True):
+    settings = max((len(model_rows) for model_rows in grouped.values()), default=1)
+    # a panel per model, one above the other, each wide enough that its three-line tick labels never overlap
+    fig, axes = figure(1, width=max(7.0, TICK_WIDTH * settings), height=4.8, rows=len(grouped) or 1)
+    for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
         labels = [_scale_tick(r["scale"]) for r in model_rows]
         values = [100.0 * (r.get("speedup_vs_best") or 0.0) for r in model_rows]
         x = np.arange(len(labels))
