@@ -142,7 +142,7 @@ def test_a_boolean_word_on_the_command_line_is_refused(kind: str, field: str,
 def test_a_boolean_run_option_is_refused(option: str, message: str, value: bool, tmp_path: Path) -> None:
     (tmp_path / "tiny.yaml").write_text("name: tiny\n" + TINY_GEMM_POINT)
     with pytest.raises(TpusimError) as refused:
-        api.run_experiment(tmp_path / "tiny.yaml", tmp_path / "out", **{option: value})
+        api.run_experiment(tmp_path / "tiny.yaml", tmp_path / "out", **_options(option, value))
     assert (refused.value.exit_code, refused.value.message) == (2, message.format(value=value))
     assert not (tmp_path / "out").exists()
 
@@ -190,3 +190,8 @@ def test_a_boolean_count_in_a_hardware_file_is_refused(tmp_path: Path, capsys: p
     status = main(["gemm", "--hardware", str(path), "--mesh", "2x2", "--algorithm", "collective", "--dataflow", "os",
                    "--m", "64", "--n", "64", "--k", "64"])
     assert _one_line(status, capsys) == f"{path}: chip.tensorcores: {NOT_A_COUNT.format(value=False)}"
+
+
+def _options(option: str, value: object) -> dict[str, Any]:
+    """``{option: value}`` as keyword arguments of any type (the point is a wrong one)."""
+    return {option: value}

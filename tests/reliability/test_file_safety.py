@@ -221,6 +221,22 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_ignored_and_recomputed(kind
                                                      "link": stat.S_IFLNK}[kind]
 
 
+def test_a_forged_cache_entry_with_its_plain_digest_recomputed_is_recomputed(tmp_path: Path) -> None:
+    # issue 26, lower item: a doubled time with its plain hash recomputed was believed; only the folder's key
+    # makes a digest that verifies
+    from tpusim.engine.cache import cache_key
+
+    cache, name, expected = _cache_entry(tmp_path)
+    entry = json.loads((cache / name).read_text())
+    entry["value"]["time_s"] *= 2
+    entry["digest"] = cache_key(entry["value"])
+    (cache / name).write_text(json.dumps(entry))
+    done = _tpusim(["--cache", "c", *GEMM, "--json"], tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["time_s"] == expected["time_s"]
+    assert json.loads((cache / name).read_text())["value"]["time_s"] == expected["time_s"]  # replaced, sound
+
+
 # -------------------------------------------------------------------------------------- 13: write failures
 
 

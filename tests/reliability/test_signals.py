@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,7 +229,7 @@ def test_a_wait_beyond_the_system_or_any_float_is_one_line(tmp_path: Path, flag:
     (-10**400, "-" + "1" + "0" * 75 + "... (402 characters) must be a finite number of seconds > 0"),
     (float("inf"), "inf must be a finite number of seconds > 0"),
     (float("nan"), "nan must be a finite number of seconds > 0"),
-])
+], ids=["1e10", "1e308", "10**400", "-10**400", "inf", "nan"])
 @pytest.mark.parametrize("option", ["timeout", "connect_timeout"])
 def test_an_api_wait_beyond_the_system_or_any_float_is_a_user_error(tmp_path: Path, option: str, value: float,
                                                                     tail: str) -> None:
@@ -237,6 +238,11 @@ def test_an_api_wait_beyond_the_system_or_any_float_is_a_user_error(tmp_path: Pa
 
     (tmp_path / "tiny.yaml").write_text("name: tiny\n" + TINY_GEMM_POINT)
     with pytest.raises(UserError) as refused:  # 10**400 was an OverflowError (math.isfinite of a huge int)
-        api.run_experiment(tmp_path / "tiny.yaml", tmp_path / "out", **{option: value})
+        api.run_experiment(tmp_path / "tiny.yaml", tmp_path / "out", **_options(option, value))
     assert refused.value.message == f"--{option.replace('_', '-')} {tail}"
     assert not (tmp_path / "out").exists()
+
+
+def _options(option: str, value: object) -> dict[str, Any]:
+    """``{option: value}`` as keyword arguments of any type (the point is a wrong one)."""
+    return {option: value}
