@@ -27,7 +27,7 @@ def echo(value: Any) -> str:
     return f"{text[:ECHO_MAX - 3]}... ({len(text)} characters)"
 
 
-def _bounded(line: str) -> str:
+def bounded(line: str) -> str:
     """``line`` cut in the middle to ``LINE_MAX`` characters."""
     if len(line) <= LINE_MAX:
         return line
@@ -42,10 +42,10 @@ class TpusimError(Exception):
     exit_code: int = 1
 
     def __init__(self, message: str, suggestion: str | None = None) -> None:
-        message = _bounded(message)
+        message = bounded(message)
         super().__init__(message)
         self.message = message
-        self.suggestion = None if suggestion is None else _bounded(suggestion)
+        self.suggestion = None if suggestion is None else bounded(suggestion)
 
     def lines(self) -> list[str]:
         """The message, then the suggestion if any: what the CLI prints on stderr."""

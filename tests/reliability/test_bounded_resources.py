@@ -291,6 +291,37 @@ def test_overflowing_inputs_are_named_not_printed_as_nan(argv: list[str], needle
     assert _refused(_tpusim(argv, tmp_path)).startswith(needle)
 
 
+SCALES = ["alpha", "lambda", "beta", "flops", "hbm", "step", "op", "vector", "dma", "dcn"]
+TPU_GEMM = ["gemm", "--hardware", "tpuv4", "--mesh", "2x2", "--algorithm", "collective", "--dataflow", "os", "--m",
+            "256", "--n", "256", "--k", "256", "--json"]
+TPU_STEP = ["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--algorithm", "summa", "--mesh", "4x4",
+            "--ignore-memory", "--json"]
+
+
+def _finite_or_refused(argv: list[str], capsys: pytest.CaptureFixture[str], key: str) -> None:
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and status in (0, 2), err  # never an OverflowError (exit 1)
+    if status == 2:
+        assert out == "" and len(err.splitlines()) == 1
+        return
+    result = _strict_json(out)  # every number finite: NaN and Infinity are refused by the parser
+    assert 0 < result[key] < float("inf")
+
+
+@pytest.mark.parametrize("value", ["1e-308", "1e308"])
+@pytest.mark.parametrize("scale", SCALES)
+def test_an_extreme_scale_factor_is_a_finite_result_or_one_line(scale: str, value: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _finite_or_refused([*TPU_GEMM, f"--scale-{scale}", value], capsys, "time_s")
+
+
+@pytest.mark.parametrize("scale", ["vector", "flops", "hbm"])
+def test_a_tiny_scale_factor_of_a_step_is_a_finite_result_or_one_line(scale: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _finite_or_refused([*TPU_STEP, f"--scale-{scale}", "1e-308"], capsys, "step_time_s")
+
+
 def test_results_json_stays_json_when_a_point_overflows(tmp_path: Path) -> None:
     path = tmp_path / "overflow.yaml"
     path.write_text("name: overflow\n" + POINT + "sweep:\n  grid:\n    scale.flops: [1, 1e-320]\n")

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.files import wait_until
+from tests.reliability.files import TINY_GEMM_POINT, wait_until
 from tpusim.experiments.executors import DEAD_TWICE
 
 distributed = pytest.importorskip("distributed")
@@ -44,6 +44,7 @@ sweep:
     mesh: [2x2, 8x8, 2x4, 4x2]
 """
 """Four full-fidelity steps: point 1 (8x8) takes seconds, the others a fraction of a second each."""
+TINY_TWO = "name: tiny\n" + TINY_GEMM_POINT + "sweep:\n  grid:\n    m: [64, 128]\n"
 POINTS = 4
 SLOW = 1
 DEADLINE_S = 120.0
@@ -193,3 +194,17 @@ def test_a_cluster_whose_last_worker_goes_ends_the_run_keeping_the_finished_poin
         f"(--connect-timeout sets the wait): 1 of {POINTS} points finished in 'out'; start workers for it and run "
         "the same command with --resume to finish the rest\n"))
     assert [(p["index"], p["error"]) for p in points(folder)] == [(0, None)]
+
+
+def test_a_local_cluster_starts_at_most_one_worker_per_cpu(folder: Path) -> None:
+    # issue 26, lower item: --jobs 64 started 64 worker processes on 2 CPUs
+    cpus = os.cpu_count() or 1
+    (folder / "tiny.yaml").write_text(TINY_TWO)
+    done = subprocess.run([sys.executable, "-m", "tpusim", "run", "tiny.yaml", "--out", "out", "--executor", "dask",
+                           "--jobs", str(cpus + 62), "--json"], cwd=folder, capture_output=True, text=True,
+                          timeout=DEADLINE_S, check=False)
+    assert (done.returncode, "Traceback" in done.stderr) == (0, False), done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["points_finished"] == 2
+    assert any(note.startswith(f"--jobs {cpus + 62} is more than this machine's {cpus} CPUs; ran {cpus} worker "
+                               "processes") for note in summary["notes"])

@@ -7,6 +7,7 @@ test creates there (never a system path).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -220,6 +221,22 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_ignored_and_recomputed(kind
                                                      "link": stat.S_IFLNK}[kind]
 
 
+def test_a_forged_cache_entry_with_its_plain_digest_recomputed_is_recomputed(tmp_path: Path) -> None:
+    # issue 26, lower item: a doubled time with its plain hash recomputed was believed; only the folder's key
+    # makes a digest that verifies
+    from tpusim.engine.cache import cache_key
+
+    cache, name, expected = _cache_entry(tmp_path)
+    entry = json.loads((cache / name).read_text())
+    entry["value"]["time_s"] *= 2
+    entry["digest"] = cache_key(entry["value"])
+    (cache / name).write_text(json.dumps(entry))
+    done = _tpusim(["--cache", "c", *GEMM, "--json"], tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["time_s"] == expected["time_s"]
+    assert json.loads((cache / name).read_text())["value"]["time_s"] == expected["time_s"]  # replaced, sound
+
+
 # -------------------------------------------------------------------------------------- 13: write failures
 
 
@@ -296,6 +313,68 @@ def test_an_echoed_value_is_cut_to_a_bounded_length(tmp_path: Path) -> None:
     line = _one_line(_tpusim([GEMM[0], "--hardware", name, *GEMM[3:]], tmp_path))
     assert line.startswith(f"unknown hardware profile '{'a' * (ECHO_MAX - 4)}... (100002 characters); valid: ")
     assert len(line) < ECHO_MAX + 200
+
+
+LONG = "a" * 100_000
+LONG_DIGITS = "9" * 100_000
+ECHOED = {
+    "mesh": [*GEMM[:3], LONG, *GEMM[5:]],
+    "algorithm": [*GEMM[:5], LONG, *GEMM[7:]],
+    "dataflow": [*GEMM[:7], LONG, *GEMM[9:]],
+    "m-word": [*GEMM[:9], LONG, *GEMM[11:]],
+    "m-digits": [*GEMM[:9], LONG_DIGITS, *GEMM[11:]],
+    "slow-chip": [*GEMM, "--slow-chip", LONG],
+    "slow-link": [*GEMM, "--slow-link", LONG],
+    "scale": [*GEMM, "--scale-beta", LONG],
+    "trace-chips": [*GEMM, "--trace", "t.json", "--trace-chips", LONG],
+    "bytes": ["collective", "--hardware", "tpuv4", "--topology", "torus:4x4", "--mesh", "4x4", "--axis", "0",
+              "--op", "all-gather", "--bytes", LONG],
+    "topology": ["collective", "--hardware", "tpuv4", "--topology", LONG, "--mesh", "4x4", "--axis", "0",
+                 "--op", "all-gather", "--bytes", "1MB"],
+    "model": ["step", "--model", LONG, "--hardware", "tpuv4", "--mesh", "2x2"],
+    "layout": ["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--layout", LONG],
+    "experiment": ["run", LONG, "--out", "o"],
+    "out": ["run", "tiny.yaml", "--out", LONG],
+    "scheduler": ["run", "tiny.yaml", "--out", "o", "--executor", "dask", "--scheduler", LONG],
+    "timeout": ["run", "tiny.yaml", "--out", "o", "--timeout", LONG],
+    "cache": ["--cache", LONG, *GEMM],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ECHOED))
+def test_a_100000_character_value_anywhere_is_one_bounded_line(case: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from tpusim.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    _experiment(tmp_path)
+    status = main(ECHOED[case])
+    out, err = capsys.readouterr()
+    assert (status, out, "Traceback" in err) == (2, "", False), err[:300]
+    assert len(err.splitlines()) == 1 and len(err) <= LINE_MAX + 1, err[:300]
+
+
+def test_a_cache_folder_name_too_long_is_one_line_with_the_name_cut(tmp_path: Path) -> None:
+    name = "c" * 300  # beyond NAME_MAX: the path cannot even be looked at (it was an internal error, exit 1)
+    line = _one_line(_tpusim(["--cache", name, *GEMM], tmp_path))
+    assert line == f"cache folder {echo(name)} cannot be used: File name too long; give another folder"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_internal_error_is_one_bounded_line(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    cli = importlib.import_module("tpusim.cli.main")  # the module (tpusim.cli.main is also its function's name)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("x" * 100_000)  # a bug whose message quotes a huge value
+
+    monkeypatch.setattr(cli.Context, "with_cache", broken)
+    assert cli.main(GEMM) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("internal error: RuntimeError: xxx") and err.endswith(
+        " (rerun with --debug for a traceback)\n")
+    assert len(err.splitlines()) == 1 and len(err) == LINE_MAX + 1
 
 
 def test_echo_and_the_line_bound() -> None:

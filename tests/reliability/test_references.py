@@ -15,6 +15,7 @@ from tests.reliability.files import TINY_GEMM_POINT
 from tpusim.cli.main import main
 from tpusim.config.catalog import TRUSTED_DIRS_ENV
 from tpusim.experiments.run import FAULT_ENV
+from tpusim.hardware import hardware_names
 
 SECRET = "root:$6$not-a-real-hash:19000:0:99999:7:::\n"
 
@@ -153,3 +154,22 @@ def test_a_bug_in_one_point_is_kept_in_its_row_and_the_run_exits_1(tmp_path: Pat
     assert len(rows) == 4  # the header and all three points
     assert "internal error: ZeroDivisionError: a planted bug" in rows[2]
     assert "internal error" not in rows[1] + rows[3]
+
+
+@pytest.mark.parametrize(("key", "values", "lines"), [
+    ("algorithm", "[summa, colective]",
+     ["sweep.yaml (sweep point 1): algorithm: unknown algorithm 'colective'; valid: cannon, collective, fsdp, "
+      "meshslice, summa, tp1d, wang", "did you mean 'collective'?"]),
+    ("hardware", "[meshslice-tpu-fit, tpuv4x]",
+     ["sweep.yaml (sweep point 1): hardware: unknown hardware profile 'tpuv4x'; valid: "
+      + ", ".join(hardware_names()), "did you mean 'tpuv4'?"]),
+])
+def test_an_unknown_name_in_a_sweep_is_refused_before_any_point_as_a_process(
+        tmp_path: Path, key: str, values: str, lines: list[str]) -> None:
+    # issue 26 item 15: every point used to be an error row, exit 0
+    (tmp_path / "sweep.yaml").write_text("name: names\n" + TINY_GEMM_POINT + f"sweep:\n  grid:\n    {key}: {values}\n")
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-m", "tpusim", "run", "sweep.yaml", "--out", "out"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=environment, check=False)
+    assert (done.returncode, done.stdout, done.stderr.splitlines()) == (2, "", lines)
+    assert not (tmp_path / "out").exists()

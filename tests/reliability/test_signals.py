@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,9 +153,10 @@ def test_a_signalled_tuner_ends_in_one_line_and_leaves_no_process_behind(
     run = started(*TUNE)
     until(tune_running(run), "tuning on two workers")
     assert signal_and_wait(run, signum) == status
-    # no worker's traceback, no resource tracker's warning of leaked semaphores
-    assert (tmp_path / "stderr").read_text() == f"interrupted by {signal.Signals(signum).name}\n"
     until(lambda: session(run.pid) == [], "every worker, the forkserver and the resource tracker gone")
+    # read once every process is gone: the resource tracker, the last, would warn of leaked semaphores on its way
+    # out (after the command has exited); no such warning, no worker's traceback
+    assert (tmp_path / "stderr").read_text() == f"interrupted by {signal.Signals(signum).name}\n"
 
 
 def pool_starting(run: subprocess.Popen[bytes]) -> Callable[[], bool]:
@@ -171,9 +173,10 @@ def test_a_signal_to_the_process_group_while_the_tuners_pool_starts_is_one_line(
     until(pool_starting(run), "the forkserver starting")
     os.killpg(run.pid, signum)  # the forkserver, importing, hears it too
     assert run.wait(timeout=ENDS_WITHIN_S) == status
-    # no forkserver's traceback, no worker's failure to read what the command sent it, no internal error
-    assert (tmp_path / "stderr").read_text() == f"interrupted by {signal.Signals(signum).name}\n"
     until(lambda: session(run.pid) == [], "every worker, the forkserver and the resource tracker gone")
+    # no forkserver's traceback, no worker's failure to read what the command sent it, no internal error, no
+    # resource tracker's warning (read once the last process of the session is gone)
+    assert (tmp_path / "stderr").read_text() == f"interrupted by {signal.Signals(signum).name}\n"
 
 
 INTERRUPTED_IMPORT = """\
@@ -204,3 +207,42 @@ def test_a_wait_too_long_for_the_system_is_one_line(tmp_path: Path, flag: str,
     assert main(["run", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "out"), flag, "1e10"]) == 2
     assert capsys.readouterr() == ("", f"{flag} 10000000000.0 is too long; valid: seconds > 0 and <= 1e+06\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["1e10", "1e308", "1e400", "inf", "nan", "-inf"])
+@pytest.mark.parametrize("flag", ["--timeout", "--connect-timeout"])
+def test_a_wait_beyond_the_system_or_any_float_is_one_line(tmp_path: Path, flag: str, value: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tiny.yaml").write_text("name: tiny\n" + TINY_GEMM_POINT)
+    assert main(["run", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "out"), f"{flag}={value}"]) == 2
+    number = float(value)
+    line = (f"{flag} {number!r} is too long; valid: seconds > 0 and <= 1e+06\n" if number < float("inf") and number > 0
+            else f"{flag} {value!r} must be a finite number > 0\n")
+    assert capsys.readouterr() == ("", line)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("value", "tail"), [
+    (1e10, "10000000000.0 is too long; valid: seconds > 0 and <= 1e+06"),
+    (1e308, "1e+308 is too long; valid: seconds > 0 and <= 1e+06"),
+    (10**400, "1" + "0" * 76 + "... (401 characters) is too long; valid: seconds > 0 and <= 1e+06"),
+    (-10**400, "-" + "1" + "0" * 75 + "... (402 characters) must be a finite number of seconds > 0"),
+    (float("inf"), "inf must be a finite number of seconds > 0"),
+    (float("nan"), "nan must be a finite number of seconds > 0"),
+], ids=["1e10", "1e308", "10**400", "-10**400", "inf", "nan"])
+@pytest.mark.parametrize("option", ["timeout", "connect_timeout"])
+def test_an_api_wait_beyond_the_system_or_any_float_is_a_user_error(tmp_path: Path, option: str, value: float,
+                                                                    tail: str) -> None:
+    from tpusim import api
+    from tpusim.errors import UserError
+
+    (tmp_path / "tiny.yaml").write_text("name: tiny\n" + TINY_GEMM_POINT)
+    with pytest.raises(UserError) as refused:  # 10**400 was an OverflowError (math.isfinite of a huge int)
+        api.run_experiment(tmp_path / "tiny.yaml", tmp_path / "out", **_options(option, value))
+    assert refused.value.message == f"--{option.replace('_', '-')} {tail}"
+    assert not (tmp_path / "out").exists()
+
+
+def _options(option: str, value: object) -> dict[str, Any]:
+    """``{option: value}`` as keyword arguments of any type (the point is a wrong one)."""
+    return {option: value}

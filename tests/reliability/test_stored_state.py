@@ -196,6 +196,22 @@ def test_results_are_journalled_per_point_and_rebuilt_geometrically(tmp_path: Pa
     assert expected < 60  # against 200 whole rewrites, one per point, before
 
 
+def test_an_aliased_exclude_is_not_copied_into_every_point_written(tmp_path: Path) -> None:
+    # issue 26 item 12: an exclude of aliases (a few kB of YAML, 4.4 MB expanded) was copied into results.json on
+    # every write, one per point; a point's journal line now holds only that point
+    long = "x" * 1000
+    points = 20
+    (tmp_path / "aliased.yaml").write_text(
+        "name: aliased\n" + TINY_GEMM_POINT.replace("  dataflow: os\n", "  dataflow: os\n  fidelity: analytic\n")
+        + "sweep:\n  grid:\n    m: " + json.dumps([64 + 2 * i for i in range(points)]) + "\n  exclude:\n"
+        f"    - hardware: &s {long}\n    - hardware: [" + ",".join(["*s"] * 100) + "]\n")
+    summary = run_experiment(tmp_path / "aliased.yaml", tmp_path / "out")
+    assert summary.finished == points
+    lines = (tmp_path / "out" / JOURNAL_NAME).read_text().splitlines()
+    assert len(lines) == points and all(long not in line and len(line) < 10 * len(long) for line in lines)
+    assert (tmp_path / "out" / "results.json").read_text().count(long) == 101  # the experiment, once
+
+
 # ------------------------------------------------- 17: a re-run keeps the old results until it has new ones
 
 def test_a_killed_rerun_without_resume_keeps_the_old_results(folder: Path) -> None:

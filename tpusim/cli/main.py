@@ -27,7 +27,7 @@ from tpusim.cli import collective, gemm, listing, plan, reproduce, run, step, tu
 from tpusim.cli.common import UsageError, note
 from tpusim.engine.context import Context
 from tpusim.engine.signals import Interrupted, interrupts_raised
-from tpusim.errors import OutputPathError, TpusimError, UserError
+from tpusim.errors import OutputPathError, TpusimError, UserError, bounded
 
 COMMANDS = (listing, collective, gemm, step, tune, plan, run, reproduce)
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EBADF})
@@ -113,7 +113,8 @@ def _internal(error: Exception, debug: bool) -> int:
     """An internal error: said in one line, the traceback only on request."""
     if debug:
         _print_traceback()
-    print(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)", file=sys.stderr)
+    print(bounded(f"internal error: {type(error).__name__}: {error} (rerun with --debug for a traceback)"),
+          file=sys.stderr)
     return 1
 
 

@@ -274,6 +274,8 @@ class _Rooted(Operation):
             return 1
         spread = (hops - 1) * nbytes / costs.bandwidth + (hops * nbytes * costs.reduce_per_byte if self.adds else 0)
         best = costs.max_chunks if costs.step <= 0 else math.sqrt(spread / costs.step)
+        if not best < costs.max_chunks:  # also an infinite or NaN spread (a reduce at 1e-308 x the vector rate)
+            best = costs.max_chunks
         candidates = {max(1, min(costs.max_chunks, c)) for c in (math.floor(best), math.ceil(best))}
         return min(candidates, key=lambda c: (_chain(nbytes, hops, c, costs, self.adds), c))
 

@@ -13,10 +13,10 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, model_validator
 
-from tpusim.config.loader import FrozenModel
+from tpusim.config.loader import WHOLE_NUMBER, FrozenModel
 from tpusim.config.requests import PointRequest
 
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, WHOLE_NUMBER, Field(ge=1)]
 
 Point = PointRequest
 """One simulation: the request of its ``kind`` (collective, gemm, step or tune; default step)."""

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from tpusim.config.loader import Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
+from tpusim.config.loader import WHOLE_NUMBER, Bytes, BytesPerSecond, FlopsPerSecond, FrozenModel, Seconds
 from tpusim.limits import limit_of
 from tpusim.vocabulary import CollectiveOp, MultiAxis, Prefetch
 
@@ -33,7 +33,7 @@ __all__ = [
     "SliceRules",
 ]
 
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, WHOLE_NUMBER, Field(ge=1)]
 
 XLA_COMBINE_THRESHOLD = 30 * 1024 * 1024 + 7
 """XLA's default threshold of its all-gather, reduce-scatter and all-reduce combiners, in bytes (openxla's
@@ -310,7 +310,7 @@ class SliceRules(FrozenModel):
 
     generation: str = Field(pattern=r"^[a-z][a-z0-9]*$")
     """Prefix of the slice names (``tpuv5p:4x4x8``) and the name a bare ``AxBxC`` is read as."""
-    axes: Annotated[int, Field(ge=1, le=3)]
+    axes: Annotated[int, WHOLE_NUMBER, Field(ge=1, le=3)]
     cube: Count | None = None
     shapes: tuple[str, ...] | None = None
     wrap_side: Count | None = None

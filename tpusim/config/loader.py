@@ -72,6 +72,18 @@ def problem(text: str, *, style: str = Problem.RULE, suggestion: str | None = No
                                                      "category": category})
 
 
+def _not_a_boolean(value: Any) -> Any:
+    """``value`` unchanged unless it is True or False, which pydantic would otherwise take as the integer 1 or 0."""
+    if isinstance(value, bool):
+        raise problem("must be a whole number, not true or false")
+    return value
+
+
+WHOLE_NUMBER = BeforeValidator(_not_a_boolean)
+"""Put in the ``Annotated`` of an integer field of a file's model: a YAML ``true`` or ``false`` is refused there
+(``layers: true`` is not one layer)."""
+
+
 def render_problem(error: Any, label: str, shown: str) -> str:
     """A ``problem`` error as one line, for a value labelled ``label`` and shown as ``shown``."""
     ctx = error["ctx"]

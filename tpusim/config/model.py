@@ -7,10 +7,10 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from tpusim.config.loader import FrozenModel
+from tpusim.config.loader import WHOLE_NUMBER, FrozenModel
 from tpusim.vocabulary import BlockKind, MlpActivation, MlpKind
 
-Count = Annotated[int, Field(ge=1)]
+Count = Annotated[int, WHOLE_NUMBER, Field(ge=1)]
 
 
 class Mlp(FrozenModel):

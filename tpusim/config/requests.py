@@ -106,6 +106,15 @@ def _limited(name: str) -> Callable[[Any], int]:
     return check
 
 
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise problem("must be an integer")
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise problem("must be an integer") from None
+
+
 def _index(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise problem("must be an integer >= 0")
@@ -315,6 +324,7 @@ Topology = Annotated[str, BeforeValidator(_topology)]
 OverlapLimit = Annotated[int | str, BeforeValidator(_overlap_limit),
                          Field(json_schema_extra={"anyOf": [{"type": "integer", "minimum": 1}, {"const": UNLIMITED}]})]
 Index = Annotated[int, BeforeValidator(_index), Field(json_schema_extra={"type": "integer", "minimum": 0})]
+Integer = Annotated[int, BeforeValidator(_integer), Field(json_schema_extra={"type": "integer"})]
 Positive = Annotated[float, BeforeValidator(_positive)]
 NonNegative = Annotated[float, BeforeValidator(_non_negative)]
 Size = Annotated[int | str, BeforeValidator(_size)]
@@ -483,7 +493,7 @@ class CollectiveRequest(_OnMesh):
                                  "broadcast and reduce the count that minimises their closed form)")
     ring: RingName = Field(Ring.BIDIRECTIONAL, description="ring variant: bi (halves both ways) or uni")
     root: Index = Field(0, description="broadcast/reduce root; send-recv source rank")
-    offset: int = Field(1, description="shift distance; send-recv destination rank")
+    offset: Integer = Field(1, description="shift distance; send-recv destination rank")
 
 
 class _Algorithm(_OnMesh):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tpusim.engine.result import bad_number
-from tpusim.errors import OutputPathError
+from tpusim.errors import OutputPathError, echo
 from tpusim.files import FileRefused, UnsafePathError, read_bounded, target_kind, write_atomic
 from tpusim.keys import KEY_NAME, folder_key, keyed_digest, verified
 
@@ -72,13 +72,17 @@ def _unwrap(key: str, entry: Any, secret: bytes | None) -> dict[str, Any] | None
 
 def check_cache_folder(folder: Path) -> None:
     """Fail before any work when ``folder`` cannot hold a disk cache."""
-    if folder.exists() and not folder.is_dir():
-        raise OutputPathError(f"cache folder {str(folder)!r} is a file; give a folder (it is created if missing)")
-    parent = folder if folder.exists() else folder.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OutputPathError(f"cache folder {str(folder)!r}: {str(parent)!r} is not a folder")
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise OutputPathError(f"cache folder {str(folder)!r} is a file; give a folder (it is created if missing)")
+        parent = folder if folder.exists() else folder.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise OutputPathError(f"cache folder {str(folder)!r}: {str(parent)!r} is not a folder")
+    except OSError as error:  # a name too long, a loop of links: the path cannot be looked at
+        raise OutputPathError(f"cache folder {echo(str(folder))} cannot be used: {error.strerror or error}; give "
+                              "another folder") from None
 
 
 class TimingCache:

@@ -37,10 +37,12 @@ in a C int (``poll``: 2**31 ms, about 24.8 days), and a longer one ends in Overf
 
 
 def _seconds(flag: str, value: Any) -> None:
-    if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise UserError(f"{flag} {value!r} must be a finite number of seconds > 0")
+    # an int is finite however large (math.isfinite would overflow converting 10**400 to a float)
+    if isinstance(value, bool) or not (isinstance(value, int | float) and (isinstance(value, int) or math.isfinite(
+            value)) and value > 0):
+        raise UserError(f"{flag} {echo(value)} must be a finite number of seconds > 0")
     if value > MAX_WAIT_S:
-        raise UserError(f"{flag} {value!r} is too long; valid: seconds > 0 and <= {MAX_WAIT_S:g}")
+        raise UserError(f"{flag} {echo(value)} is too long; valid: seconds > 0 and <= {MAX_WAIT_S:g}")
 
 
 def check_run_arguments(experiment: Any, out: Any, *, jobs: Any, resume: Any, yes: Any, progress: Any,
