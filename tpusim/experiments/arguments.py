@@ -38,8 +38,8 @@ in a C int (``poll``: 2**31 ms, about 24.8 days), and a longer one ends in Overf
 
 def _seconds(flag: str, value: Any) -> None:
     # an int is finite however large (math.isfinite would overflow converting 10**400 to a float)
-    if isinstance(value, bool) or not (isinstance(value, int | float) and (isinstance(value, int) or math.isfinite(
-            value)) and value > 0):
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if isinstance(value, bool) or not finite or value <= 0:
         raise UserError(f"{flag} {echo(value)} must be a finite number of seconds > 0")
     if value > MAX_WAIT_S:
         raise UserError(f"{flag} {echo(value)} is too long; valid: seconds > 0 and <= {MAX_WAIT_S:g}")
