@@ -62,6 +62,14 @@ class FsdpGemm(GemmAlgorithm):
             y = yield dev.reduce_scatter(y, axis, roles.reduce.dim)
         return y
 
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """The weight gathered whole over the P chips (os, ls); rs gathers nothing."""
+        axis = line_axis(self.name, ctx.mesh)
+        shapes = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
+                                ctx.mesh)
+        return sum(shapes[mv.operand][0] * shapes[mv.operand][1] * ctx.mesh[axis] for mv in ctx.roles.gathers
+                   if mv.axis == 0)
+
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
         axis = line_axis(self.name, ctx.mesh)
         return [(mv.operand, axis, mv.dim) for mv in ctx.roles.gathers if mv.axis == 0]
