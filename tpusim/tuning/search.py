@@ -43,7 +43,7 @@ from tpusim.gemm.registry import get_algorithm
 from tpusim.model.feasibility import parts_for
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
-from tpusim.model.program import prefetch_budget
+from tpusim.model.program import PrefetchWindow, prefetch_budget
 from tpusim.model.step import StepSpec
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.capacity import host_shortfall, mesh_memory
@@ -350,7 +350,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                                              request.allow_infeasible, data)
             candidates += found
             rejected += skipped
-    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget)
+    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget, prefetch)
     if not candidates:
         raise _no_mesh(request, micro, rejected)
 
@@ -547,12 +547,18 @@ def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool, name: Callable
 
 
 def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
-                 notes: list[str], reserved_bytes: float | None) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
-    """Drop the meshes that overflow HBM (unless memory is ignored). ``plan_memory`` has already refused a step
-    that fits on no mesh, with the smallest shortfall and what would fit."""
+                 notes: list[str], reserved_bytes: float | None, prefetch: Prefetch
+                 ) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """Drop the meshes that overflow HBM (unless memory is ignored), their GeMM panels bounded over every plan the
+    search may choose (``capacity.panel_bound``): a mesh kept never overflows with the plan chosen, whose exact
+    figure the whole step reports. ``plan_memory`` has already refused a step that fits on no mesh even without
+    panels, with the smallest shortfall and what would fit."""
+    algorithm = get_algorithm(request.algorithm)
+    window = PrefetchWindow(request.prefetch_window, reserved_bytes)
     estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
                               request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
-                              (request.remat_save, request.remat_offload), attention=request.attention,
+                              (request.remat_save, request.remat_offload), algorithm=algorithm, prefetch=prefetch,
+                              window=window, dtype=request.dtype, attention=request.attention,
                               microbatches=request.microbatches or 1), c)
                  for c in candidates]
     if request.ignore_memory:
