@@ -5,12 +5,14 @@ with what its prefetch policy has started early beside it. Tests of memory figur
 from __future__ import annotations
 
 from math import lcm
+from typing import Any
 
+from tpusim.config import TransformerModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.model.layer import GemmOp
-from tpusim.model.plan import StepPlan
-from tpusim.vocabulary import Dataflow, Prefetch
+from tpusim.model.plan import StepPlan, StepSpec, plan_step
+from tpusim.vocabulary import Dataflow, Prefetch, Recompute
 
 BF16 = 2
 
@@ -59,10 +61,11 @@ def role_sizes(name: str, problem: GemmProblem, mesh: tuple[int, int]) -> tuple[
     return (mesh[1], mesh[0]) if problem.transpose else mesh
 
 
-def step_panel_bytes(plan: StepPlan, name: str, mesh: tuple[int, int], prefetch: Prefetch) -> float:
-    """The busiest GeMM of the backward pass (which repeats layer after layer) with the next one's early transfers
-    where ``prefetch`` starts them during it (previous-op: the next op, if a GeMM; previous-gemm: the next GeMM),
-    in bf16 bytes."""
+def step_panel_bytes(plan: StepPlan, name: str, mesh: tuple[int, int], prefetch: Prefetch,
+                     window: int | None = None) -> float:
+    """The busiest GeMM of the backward pass (which repeats layer after layer) with the next ones' early transfers
+    where ``prefetch`` starts them during it (previous-op: the next op, if a GeMM; previous-gemm: the next GeMM;
+    window: every GeMM of the ``window`` ops ahead, unless a budget, None here, bounds them), in bf16 bytes."""
     ops = plan.backward
     figures: list[tuple[int, int] | None] = []
     for op in ops:
@@ -80,5 +83,18 @@ def step_panel_bytes(plan: StepPlan, name: str, mesh: tuple[int, int], prefetch:
             early = coming[1]
         if prefetch is Prefetch.PREVIOUS_GEMM:
             early = next(f for f in figures[index + 1:] + figures[:index + 1] if f is not None)[1]
+        if prefetch is Prefetch.WINDOW and window is not None:
+            early = sum(f[1] for place in range(index + 1, index + window + 1)
+                        if (f := figures[place % len(figures)]) is not None)
         most = max(most, figure[0] + early)
     return float(BF16 * most)
+
+
+def plan_panel_bytes(model: TransformerModel, algorithm: str, batch: int, mesh: tuple[int, int],
+                     prefetch: Prefetch, recompute: Recompute, slices: tuple[int | None, ...] | None = None,
+                     window: int | None = None, **spec: Any) -> float:
+    """``step_panel_bytes`` of the plan a step of ``batch`` sequences per replica runs on ``mesh`` (the dataflows
+    the step picks itself unless ``spec`` names them)."""
+    plan = plan_step(StepSpec(model, algorithm, batch, slices, prefetch=prefetch, recompute=recompute,
+                              allow_infeasible=True, **spec), mesh)
+    return step_panel_bytes(plan, algorithm, mesh, prefetch, window)
