@@ -22,9 +22,10 @@ def rule(name: str, problem: GemmProblem, rows: int, cols: int, params: GemmPara
     chips of role axes 0 and 1 (a transposed layer swaps the mesh's), or P and 1 for the 1D algorithms."""
     m, n, k, flow = problem.m, problem.n, problem.k, problem.dataflow
     # gathered whole over their role axis: OS gathers X over role axis 1 and W over role axis 0, LS W over role
-    # axis 0, RS X over role axis 1; the prefetchable one is W (RS: X)
-    whole = {Dataflow.OS: (m * k // rows, k * n // cols), Dataflow.LS: (0, n * k // cols),
-             Dataflow.RS: (k * m // rows, 0)}[flow]
+    # axis 0, RS X over role axis 1; the prefetchable one is W (RS: X); an axis of one chip receives nothing
+    x_whole = m * k // rows if cols > 1 else 0
+    w_whole = k * n // cols if rows > 1 else 0
+    whole = {Dataflow.OS: (x_whole, w_whole), Dataflow.LS: (0, w_whole), Dataflow.RS: (x_whole, 0)}[flow]
     prefetchable = whole[0] if flow is Dataflow.RS else whole[1]
     blocks = {"x": m * k // (rows * cols), "w": k * n // (rows * cols), "y": m * n // (rows * cols)}
     if name == "collective":
@@ -33,6 +34,8 @@ def rule(name: str, problem: GemmProblem, rows: int, cols: int, params: GemmPara
         pieces = params.slices or (1 if name == "meshslice" else lcm(rows, cols))
         return min(pieces, 2) * sum(whole) // pieces, prefetchable // pieces
     if name == "cannon":
+        if rows == 1:
+            return 0, 0  # nothing moves on one chip
         moving = blocks["x"] * (flow is not Dataflow.LS) + blocks["w"] * (flow is not Dataflow.RS)
         output = blocks["y"] if flow is not Dataflow.OS else 0
         own = blocks["x"] if flow is Dataflow.RS else blocks["w"]
@@ -45,7 +48,7 @@ def rule(name: str, problem: GemmProblem, rows: int, cols: int, params: GemmPara
         ring = blocks["y"] * min(cols - 1, 1) if flow is Dataflow.LS else blocks["x"] * min(cols - 1, 2)
         return outer + ring, outer
     if name == "fsdp":
-        weight = k * n if flow is not Dataflow.RS else 0
+        weight = k * n if flow is not Dataflow.RS and rows > 1 else 0
         return weight, weight
     raise ValueError(f"no rule for {name!r}")
 

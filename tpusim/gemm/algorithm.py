@@ -141,8 +141,8 @@ class GemmAlgorithm(ABC):
         contract test checks the two agree)."""
         blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
                                 ctx.mesh)
-        return sum(self.prefetch_part(ctx, operand, Tensor(blocks[operand], ctx.problem.dtype)).size * ctx.mesh[axis]
-                   for operand, axis, _ in self.prefetchable_gathers(ctx))
+        return sum(gathered(self.prefetch_part(ctx, operand, Tensor(blocks[operand], ctx.problem.dtype)).size,
+                            ctx.mesh[axis]) for operand, axis, _ in self.prefetchable_gathers(ctx))
 
     def early_bytes(self, ctx: GemmContext) -> float:
         """``early_elements`` at the operand dtype."""
@@ -174,7 +174,14 @@ def whole_panels(algorithm: GemmAlgorithm, ctx: GemmContext) -> dict[str, int]:
     times the chips of that axis, keyed "x" or "w"."""
     blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, algorithm.sharding(ctx.problem, ctx.mesh),
                             ctx.mesh)
-    return {mv.operand: blocks[mv.operand][0] * blocks[mv.operand][1] * ctx.size(mv.axis) for mv in ctx.roles.gathers}
+    return {mv.operand: gathered(blocks[mv.operand][0] * blocks[mv.operand][1], ctx.size(mv.axis))
+            for mv in ctx.roles.gathers}
+
+
+def gathered(block: int, chips: int) -> int:
+    """Elements a chip receives gathering a ``block`` of elements over an axis of ``chips``: the group's blocks,
+    its own among them, in one new buffer; none over an axis of one chip, whose block is the operand itself."""
+    return block * chips if chips > 1 else 0
 
 
 def pipelined_panels(panels: dict[str, int], pieces: int) -> int:

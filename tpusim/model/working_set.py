@@ -16,11 +16,15 @@ The busiest moment is the backward pass of the last layer: every layer's checkpo
 - **gradient buckets in flight** (ZeRO 2 and 3): the whole bf16 gradient of the collective being produced and of
   the one being reduce-scattered, before each keeps its 1/D shard;
 - **the gradient accumulator** across micro-batches (more than one): fp32, one per parameter of the chip's
-  gradient shard, beside the bf16 gradient of the micro-batch.
+  gradient shard, beside the bf16 gradient of the micro-batch;
+- **the GeMM panels**: the operand buffers the busiest GeMM of that backward pass holds while it runs, as its
+  algorithm declares them (``GemmAlgorithm.panel_bytes``: a collective 2D GeMM's whole gathered panels, two of a
+  MeshSlice's slices, ...), plus the early transfers the prefetch policy has started for the GeMMs ahead. Only the
+  step's plan knows them (``model.program.panel_peak``); the tuner's gate charges a bound over the plans it may
+  choose (``tuning.capacity.mesh_memory``). They come in as ``panel_bytes``.
 
-Everything is per chip of a tensor-parallel group of ``group`` chips, which shards activations and weights
-alike. Not counted: the gathered operand panels of a 2D tensor-parallel GeMM (each algorithm holds its own;
-docs/workloads.md#working-set names the gap), and XLA's fragmentation.
+Everything else is per chip of a tensor-parallel group of ``group`` chips, which shards activations and weights
+alike. Not counted: XLA's fragmentation.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from tpusim.collectives.device import Device
 from tpusim.collectives.early import EarlyTransfer
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import DOUBLE_BUFFERED, GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import DOUBLE_BUFFERED, GemmAlgorithm, GemmContext, Program, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move
 from tpusim.gemm.local import local_product, product_dims
@@ -186,6 +186,8 @@ class Cannon(GemmAlgorithm):
         moving = [blocks[mv.operand][0] * blocks[mv.operand][1] for mv in roles.gathers]
         rows, cols = block_shape(problem.y_shape, sharding.y, ctx.mesh, "Y")
         output = rows * cols if roles.reduce is not None else 0
+        if n == 1:
+            return 0  # nothing moves on one chip
         if variant_of(ctx.params) == HALVES:
             gathered = n * sum(moving)
             return max(gathered + output, n * output)
@@ -196,9 +198,10 @@ class Cannon(GemmAlgorithm):
         (bidirectional-halves), as ``early_transfers`` moves it."""
         problem = ctx.problem
         blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
-        group = ctx.size(0) if variant_of(ctx.params) == HALVES else 1
-        return sum(blocks[mv.operand][0] * blocks[mv.operand][1] * group for mv in ctx.roles.gathers
-                   if mv.operand == ctx.roles.prefetchable)
+        n = ctx.size(0)
+        moved = sum(blocks[mv.operand][0] * blocks[mv.operand][1] for mv in ctx.roles.gathers
+                    if mv.operand == ctx.roles.prefetchable)
+        return gathered(moved, n) if variant_of(ctx.params) == HALVES else (moved if n > 1 else 0)
 
     @staticmethod
     def _skew(dev: Device, ctx: GemmContext, mv: Move) -> EarlyTransfer:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -67,7 +67,7 @@ class FsdpGemm(GemmAlgorithm):
         axis = line_axis(self.name, ctx.mesh)
         shapes = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
                                 ctx.mesh)
-        return sum(shapes[mv.operand][0] * shapes[mv.operand][1] * ctx.mesh[axis] for mv in ctx.roles.gathers
+        return sum(gathered(shapes[mv.operand][0] * shapes[mv.operand][1], ctx.mesh[axis]) for mv in ctx.roles.gathers
                    if mv.axis == 0)
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:

@@ -41,7 +41,7 @@ from tpusim.collectives.device import Device
 from tpusim.collectives.handles import Pending, expected_of
 from tpusim.engine.tensor import Tensor, add, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import DOUBLE_BUFFERED
+from tpusim.gemm.algorithm import DOUBLE_BUFFERED, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move, Roles
 from tpusim.gemm.local import local_product, product_dims
@@ -111,7 +111,7 @@ def ring_panel_elements(problem: GemmProblem, axes: RoleAxes, mesh: tuple[int, i
     held = 0
     if outer.operand != "y" and axes[0] is not None:
         rows, cols = shapes[outer.operand]
-        held += rows * cols * mesh[axes[0]]
+        held += gathered(rows * cols, mesh[axes[0]])
     if inner.operand == "y":
         rows, cols = block_shape(problem.y_shape, sharding.y, mesh, "Y")
         return held + rows * cols * min(n - 1, 1)

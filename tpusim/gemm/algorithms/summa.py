@@ -135,10 +135,12 @@ class Summa(GemmAlgorithm):
         return pipelined_panels(whole_panels(self, ctx), step_count(ctx))
 
     def early_elements(self, ctx: GemmContext) -> int:
-        """Panel 0 of the data-independent operand, as ``early_transfers`` broadcasts it."""
+        """Panel 0 of the data-independent operand, as ``early_transfers`` broadcasts it (on an axis of one chip,
+        its own block: nothing received)."""
         blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
                                 ctx.mesh)
-        return sum(piece.size for mv in ctx.roles.gathers if mv.operand == ctx.roles.prefetchable
+        return sum(piece.size for mv in ctx.roles.gathers
+                   if mv.operand == ctx.roles.prefetchable and ctx.size(mv.axis) > 1
                    for _, piece in self._broadcasts(ctx, mv, Tensor(blocks[mv.operand], ctx.problem.dtype), 0))
 
     def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
