@@ -12,9 +12,10 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.model.layer import GemmOp
 from tpusim.model.plan import StepPlan, StepSpec, plan_step
+from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Dataflow, Prefetch, Recompute
 
-BF16 = 2
+BF16 = dtype_bytes("bf16")
 
 
 def rule(name: str, problem: GemmProblem, rows: int, cols: int, params: GemmParams) -> tuple[int, int]:
