@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tpusim.api as tp
+from tests.panels import plan_panel_bytes
 from tests.refusals import refusal
 from tpusim.collectives.dcn import dcn_twin
 from tpusim.config import TransformerModel
@@ -14,7 +15,7 @@ from tpusim.config.layout import NamedLayout, layout_name, parse_layout
 from tpusim.errors import UserError
 from tpusim.hardware import load_hardware
 from tpusim.model.memory import layout_state_bytes_per_param
-from tpusim.vocabulary import CollectiveOp
+from tpusim.vocabulary import CollectiveOp, Prefetch, Recompute
 
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
                         ffn=2048, sequence=64)
@@ -125,13 +126,16 @@ def _state_formula(bpp: float, fsdp: int, data: int, stage: int) -> float:
     return weights + gradients + optimizer
 
 
-def _transients(tokens: int, tensor: int, replicas: int, stage: int) -> float:
+def _transients(tokens: int, tensor: int, replicas: int, stage: int, mesh: tuple[int, int],
+                slices: list[int | None]) -> float:
     """The working set's transients of TINY under recompute none and unfused attention
     (docs/workloads.md#working-set), written out: two fp32 score-sized tensors, the residual and FF1-output
-    gradients in bf16, and (its block being one data-parallel collective, the one ahead of it is the next block's)
-    two gathered blocks and two buckets."""
+    gradients in bf16, (its block being one data-parallel collective, the one ahead of it is the next block's)
+    two gathered blocks and two buckets, and SUMMA's GeMM panels on ``mesh`` with the step's panel counts
+    ``slices`` (tests/panels.py)."""
     h, a, s, f = TINY.hidden, TINY.heads, TINY.sequence, TINY.ffn
     held = 8 * a * s * tokens / tensor + 2 * tokens * (h + f) / tensor
+    held += plan_panel_bytes(TINY, "summa", tokens // s, mesh, Prefetch.PREVIOUS_GEMM, Recompute.NONE, tuple(slices))
     block = 2 * TINY.params_per_layer / tensor
     if replicas > 1 and stage >= 2:
         held += 2 * block * (2 if stage >= 3 else 1)
@@ -154,7 +158,8 @@ def test_a_layout_steps_memory_is_the_formula(layout: str, stage: int) -> None:
     state = TINY.params_per_layer * TINY.layers * _state_formula(16.0, named.fsdp, named.data, stage) / tensor
     s, b, h, a = TINY.sequence, 64 // named.replicas, TINY.hidden, TINY.heads
     activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / tensor  # recompute none (memory ignored)
-    held = _transients(s * b, tensor, named.replicas, stage if "data" in layout else 3)
+    held = _transients(s * b, tensor, named.replicas, stage if "data" in layout else 3, (named.rows, named.cols),
+                       result.slices)
     assert result.memory_bytes_per_chip == pytest.approx(state + activations + held, rel=1e-12)
 
 
@@ -279,7 +284,7 @@ def test_memory_of_slices_that_shard_or_replicate_the_state(across: str) -> None
     state = TINY.params_per_layer * TINY.layers * _state_formula(16.0, fsdp, 1, 3) / 16
     s, b, h, a = TINY.sequence, 128 // (2 * 4), TINY.hidden, TINY.heads
     activations = s * b * h * (34 + 5 * a * s / h) * TINY.layers / 16  # recompute none (memory ignored)
-    held = _transients(s * b, 16, fsdp, 3)
+    held = _transients(s * b, 16, fsdp, 3, (4, 4), result.slices)
     assert result.memory_bytes_per_chip == pytest.approx(state + activations + held, rel=1e-12)
 
 

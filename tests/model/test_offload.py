@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.panels import plan_panel_bytes
 from tpusim import api
 from tpusim.collectives.network import place_mesh
 from tpusim.config import HostSpec, PhysicalProfile, TransformerModel
@@ -19,7 +20,7 @@ from tpusim.model.memory import estimate_memory
 from tpusim.model.plan import plan_block, plan_step
 from tpusim.model.remat import HostCopy
 from tpusim.model.step import StepResult, StepSpec, simulate_step
-from tpusim.vocabulary import Activation, Recompute
+from tpusim.vocabulary import Activation, Prefetch, Recompute
 
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
                         ffn=2048, sequence=64)
@@ -179,7 +180,10 @@ def test_the_memory_estimate_moves_the_offloaded_bytes_to_the_host() -> None:
     assert (offloaded.activations_bytes, offloaded.host_bytes) == (0.0, moved)
     result = api.step(model=TINY, hardware="tpuv4", mesh="2x2", algorithm="collective", batch=BATCH,
                       recompute="custom", remat_offload=["decoder_layer_input", "mlpwi"])
-    assert result.memory_bytes_per_chip == pytest.approx(offloaded.total_bytes, rel=1e-12)
+    # the step adds the GeMM panels of its plan (tests/panels.py)
+    panels = plan_panel_bytes(TINY, "collective", BATCH, (2, 2), Prefetch.PREVIOUS_GEMM, Recompute.CUSTOM,
+                              remat_offload=INPUT_AND_FF1)
+    assert result.memory_bytes_per_chip == pytest.approx(offloaded.total_bytes + panels, rel=1e-12)
 
 
 def test_offload_is_refused_on_a_profile_without_a_host_link() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 import tpusim.api as tp
 import tpusim.model.step as step_module
+from tests.panels import plan_panel_bytes
 from tpusim.collectives.device import run_spmd
 from tpusim.collectives.network import network_for, place_mesh
 from tpusim.collectives.runtime import CollectiveRuntime
@@ -31,7 +32,7 @@ from tpusim.model.replicas import replica_representatives
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
 from tpusim.topology.mapping import DATA_AXIS
-from tpusim.vocabulary import CollectiveOp, Fidelity, Recompute
+from tpusim.vocabulary import CollectiveOp, Fidelity, Prefetch, Recompute
 
 TPUV4 = load_hardware("tpuv4")
 TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=512, heads=8, head_dim=64,
@@ -265,6 +266,8 @@ def _expected_memory(data: int, stage: int) -> float:
     held = 8 * a * s * tokens / 16 + 2 * tokens * (h + wide) / 16
     if data > 1 and stage >= 2:
         held += 2 * (2 * TINY.params_per_layer / 16) * (2 if stage >= 3 else 1)
+    # and the GeMM panels of the collective 2D GeMM on 4 x 4 (tests/panels.py)
+    held += plan_panel_bytes(TINY, "collective", BATCH // data, (4, 4), Prefetch.PREVIOUS_GEMM, Recompute.NONE)
     return state + activations + held
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.panels import plan_panel_bytes
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import PhysicalProfile, TransformerModel
@@ -83,6 +84,8 @@ def test_gpt3_at_32_chips_does_not_fit_and_full_recompute_at_2048_does() -> None
     activations = 2048 * 32 * 12288 * (34 + 5 * 96 * 2048 / 12288) * 96 / 32
     # no recomputation: the transients are the unfused fp32 scores and the residual and FF1-output gradients
     held = (8 * 96 * 2048 * 2048 * 32 + 2 * 2048 * 32 * (12288 + 4 * 12288)) / 32
+    # and the collective 2D GeMM's panels on 8 x 4 (tests/panels.py; prefetch ideal hoists nothing)
+    held += plan_panel_bytes(gpt3, "collective", 32, (8, 4), Prefetch.IDEAL, Recompute.NONE)
     assert small.memory_bytes_per_chip == pytest.approx(params + activations + held, rel=1e-12)
     assert small.memory_shortfall_bytes == pytest.approx(params + activations + held - 30.75 * 2**30, rel=1e-12)
     big = simulate_step(StepSpec(gpt3, "collective", 256, recompute=Recompute.FULL), hardware,

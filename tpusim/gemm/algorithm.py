@@ -22,11 +22,14 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Roles
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import Sharding, two_d
+from tpusim.gemm.sharding import Sharding, operand_blocks, two_d
+from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp
 
 SLICED = "only 'meshslice' (its slice count K) and 'summa' (its panel count S) take one"
 """Which built-in algorithms take ``--slices``: the end of the refusal every other one gives."""
+DOUBLE_BUFFERED = 2
+"""Buffers of one stream a pipelined program holds at once: the one in use and the next, arriving meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,35 @@ class GemmAlgorithm(ABC):
                  self.prefetch_part(ctx, operand, held[operand]))
                 for operand, axis, dim in self.prefetchable_gathers(ctx)]
 
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """The most elements of operand buffers one chip holds at once while this GeMM runs beyond its own
+        resident shards: what it received from other chips and still needs (gathered or broadcast panels, shifted
+        blocks, partial outputs in transit), at the busiest moment of its program
+        (docs/workloads.md#working-set). A reduction's result landing in the chip's own output block is the
+        output, not a panel.
+
+        The default is the collective 2D GeMM's, every gathered operand whole at once: an algorithm that does
+        not declare its own is charged the most a 2D GeMM gathers, never nothing."""
+        return sum(whole_panels(self, ctx).values())
+
+    def panel_bytes(self, ctx: GemmContext) -> float:
+        """``panel_elements`` at the operand dtype."""
+        return float(self.panel_elements(ctx) * dtype_bytes(ctx.problem.dtype))
+
+    def early_elements(self, ctx: GemmContext) -> int:
+        """The elements the ``early_transfers`` fill on one chip: what a prefetch policy that starts them before
+        the op holds ahead of this GeMM. By default the ``prefetchable_gathers`` of the ``prefetch_part`` of the
+        blocks, as ``early_transfers`` sends them; an algorithm that overrides that overrides this too (the
+        contract test checks the two agree)."""
+        blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
+                                ctx.mesh)
+        return sum(gathered(self.prefetch_part(ctx, operand, Tensor(blocks[operand], ctx.problem.dtype)).size,
+                            ctx.mesh[axis]) for operand, axis, _ in self.prefetchable_gathers(ctx))
+
+    def early_bytes(self, ctx: GemmContext) -> float:
+        """``early_elements`` at the operand dtype."""
+        return float(self.early_elements(ctx) * dtype_bytes(ctx.problem.dtype))
+
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int] | None:
         """The slice counts this algorithm can run ``problem`` with on ``mesh``, ascending; None where it does
         not slice. The one home of the slice rule: feasibility checks, their error messages, the tuner's
@@ -135,3 +167,26 @@ class GemmAlgorithm(ABC):
     @abstractmethod
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         """The closed-form time (docs/algorithms.md), uncontended."""
+
+
+def whole_panels(algorithm: GemmAlgorithm, ctx: GemmContext) -> dict[str, int]:
+    """Elements of each gathered operand of ``ctx``'s dataflow gathered whole over its role axis: the chip's block
+    times the chips of that axis, keyed "x" or "w"."""
+    blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, algorithm.sharding(ctx.problem, ctx.mesh),
+                            ctx.mesh)
+    return {mv.operand: gathered(blocks[mv.operand][0] * blocks[mv.operand][1], ctx.size(mv.axis))
+            for mv in ctx.roles.gathers}
+
+
+def gathered(block: int, chips: int) -> int:
+    """Elements a chip receives gathering a ``block`` of elements over an axis of ``chips``: the group's blocks,
+    its own among them, in one new buffer; none over an axis of one chip, whose block is the operand itself."""
+    return block * chips if chips > 1 else 0
+
+
+def pipelined_panels(panels: dict[str, int], pieces: int) -> int:
+    """What a pipeline of ``pieces`` steps holds of ``panels`` (each gathered operand whole), the next step's
+    pieces arriving while the current step's are multiplied: two pieces of each, or the one where there is one
+    step (MeshSlice's slices, SUMMA's panels). Every panel splits evenly: its sliced dimension divides into the
+    pieces (the algorithms' feasibility rules)."""
+    return min(pieces, DOUBLE_BUFFERED) * sum(panel // pieces for panel in panels.values())

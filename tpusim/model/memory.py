@@ -152,13 +152,14 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
                     reserved_bytes: float | None = None, data_parallel: int = 1,
                     zero_stage: int = 0, embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
                     remat_offload: frozenset[Activation] = frozenset(), attention: Attention = Attention.UNFUSED,
-                    microbatches: int = 1, combine_bytes: float = 0.0) -> MemoryEstimate:
+                    microbatches: int = 1, combine_bytes: float = 0.0, panel_bytes: float = 0.0) -> MemoryEstimate:
     """Memory per chip of the whole model on ``chips`` chips: ``data_parallel`` replicas (each training
     ``batch / data_parallel`` sequences) of 2D (or 1D) tensor parallelism over ``chips / data_parallel`` chips,
     the model state sharded as ZeRO ``zero_stage`` says; against the capacity left after ``reserved_bytes``.
     ``embedding``: the step includes the embedding and LM head, whose parameters count too; ``batch`` is one
-    micro-batch of ``microbatches``; ``attention`` and ``combine_bytes`` (the profile's ``combine_threshold``) shape
-    the transients (``model.working_set``)."""
+    micro-batch of ``microbatches``; ``attention``, ``combine_bytes`` (the profile's ``combine_threshold``) and
+    ``panel_bytes`` (the GeMM panels held, which only the step's plan knows: 0 where the caller has none) shape the
+    transients (``model.working_set``)."""
     if data_parallel < 1 or chips % data_parallel or batch % data_parallel:
         raise UserError(f"{data_parallel} data-parallel replicas must divide the {chips} chips and the batch of "
                               f"{batch} sequences")
@@ -183,7 +184,8 @@ def estimate_memory(model: TransformerModel, chips: int, batch: int, recompute: 
     gradient_share = state_shares(data_parallel, zero_stage).gradients
     held = transients(model, s * b, group, max(whole_layer - per_layer, 0.0), attention,
                       data_parallel=data_parallel, zero_stage=zero_stage, microbatches=microbatches,
-                      gradient_params=weights / group * gradient_share, combine_bytes=combine_bytes)
+                      gradient_params=weights / group * gradient_share, combine_bytes=combine_bytes,
+                      panel_bytes=panel_bytes)
     return MemoryEstimate(params, per_layer * model.layers / group, _usable(capacity_bytes, reserved_bytes),
                           host * model.layers / group, held)
 

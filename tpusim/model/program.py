@@ -55,8 +55,8 @@ from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes, parse_size
 from tpusim.vocabulary import EARLY_PREFETCH, CollectiveOp, Prefetch
 
-__all__ = ["Entry", "HostSchedule", "HostTime", "OpsRun", "PrefetchWindow", "prefetch_budget", "run_ops",
-           "step_sequence"]
+__all__ = ["Entry", "HostSchedule", "HostTime", "OpsRun", "PrefetchWindow", "held_panels", "panel_peak",
+           "prefetch_budget", "run_ops", "step_sequence"]
 
 StepOp = Op | DataSyncOp | DataWaitOp
 Entry = tuple[StepOp, int]
@@ -155,6 +155,41 @@ class PrefetchWindow:
 
 
 Gathers = dict[EarlyTransfer, simpy.Event]
+
+
+def held_panels(gemms: Sequence[tuple[float, float] | None], prefetch: Prefetch, window: PrefetchWindow) -> float:
+    """The most bytes of operand panels a chip holds at once over a pass that repeats ``gemms`` (each op's
+    (panel bytes, early bytes) if it is a GeMM, else None; ``GemmAlgorithm.panel_bytes`` and ``early_bytes``): one
+    GeMM runs at a time, holding its own panels and whatever the prefetch policy has started early for the GeMMs
+    ahead, as ``_start_early_gathers`` and ``_gather_for_next_gemm`` start them. ``previous-op``: the next op's
+    where it is a GeMM; ``previous-gemm``: the next GeMM's; ``window``: those of the GeMMs within ``window.ops``
+    places, unless a budget bounds them (it is set aside from the capacity already, ``model.memory``). The pass
+    wraps around: the last GeMM of a layer's backward is followed by the first of the layer below's."""
+    count = len(gemms)
+    most = 0.0
+    for index, entry in enumerate(gemms):
+        if entry is None:
+            continue
+        ahead: range | list[int] = []
+        if prefetch is Prefetch.PREVIOUS_OP:
+            ahead = [index + 1]
+        elif prefetch is Prefetch.PREVIOUS_GEMM:
+            ahead = [next(place for place in range(index + 1, index + count + 1) if gemms[place % count] is not None)]
+        elif prefetch is Prefetch.WINDOW and window.budget is None:
+            ahead = range(index + 1, index + window.ops + 1)
+        early = sum(coming[1] for place in ahead if (coming := gemms[place % count]) is not None)
+        most = max(most, entry[0] + early)
+    return most
+
+
+def panel_peak(plan: StepPlan, window: PrefetchWindow) -> float:
+    """The panel bytes a chip holds at the step's busiest moment, the backward pass of the last layer: the most
+    over its GeMMs (recomputed forward ones and backward ones) of ``held_panels`` (docs/workloads.md#working-set)."""
+    gemms: list[tuple[float, float] | None] = []
+    for op in plan.backward:
+        job = plan.gemms[op.name] if isinstance(op, GemmOp) else None
+        gemms.append(None if job is None else (job.algorithm.panel_bytes(job.ctx), job.algorithm.early_bytes(job.ctx)))
+    return held_panels(gemms, plan.params.prefetch, window)
 
 
 @dataclass(frozen=True)

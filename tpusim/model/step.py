@@ -35,7 +35,7 @@ from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import GemmOp, Op
 from tpusim.model.memory import MemoryEstimate, estimate_memory, slice_memory_shape
 from tpusim.model.plan import StepPlan, StepSpec, block_layers, plan_step, step_hardware_flops, step_model_flops
-from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, run_ops, step_sequence
+from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, panel_peak, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
 from tpusim.topology import MeshMapping
@@ -233,7 +233,7 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
-    memory = step_memory(whole, hardware, mapping, 1)
+    memory = step_memory(whole, hardware, mapping, 1, step_panels(spec, plan))
     layers_used = block_layers(spec, mesh)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
@@ -364,7 +364,9 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
         switches["host_transfer_s"] = {way: float(_accumulated(m, seconds, bare.switches["host_transfer_s"][way]))
                                        for way, seconds in one.switches["host_transfer_s"].items()}
         switches["host_wait_s"] = float(_accumulated(m, one.switches["host_wait_s"], bare.switches["host_wait_s"]))
-    memory = step_memory(spec, hardware, mapping, m)
+    share = replace(micro, batch=micro.batch // (mapping.data * spec.dcn_slices))  # one replica's, as simulated
+    panels = step_panels(share, plan_step(share, mapping.shape, mapping.data, hardware.combine_threshold))
+    memory = step_memory(spec, hardware, mapping, m, panels)
     return replace(
         one, batch=spec.batch, microbatches=m, memory_bytes_per_chip=memory.total_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes, step_time_s=step_time,
@@ -376,16 +378,22 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     )
 
 
-def step_memory(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, microbatches: int) -> MemoryEstimate:
+def step_panels(spec: StepSpec, plan: StepPlan) -> float:
+    """The GeMM panels a chip of ``plan`` (``spec``'s, one replica's micro-batch) holds at its busiest moment."""
+    return panel_peak(plan, PrefetchWindow(spec.prefetch_window, spec.prefetch_budget))
+
+
+def step_memory(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, microbatches: int,
+                panel_bytes: float) -> MemoryEstimate:
     """The working-set peak per chip of a step of ``spec.batch`` sequences (all slices) in ``microbatches``
-    micro-batches (``model.memory``)."""
+    micro-batches (``model.memory``), its plan holding ``panel_bytes`` of GeMM panels (``step_panels``)."""
     data, slices = mapping.data, spec.dcn_slices
     chips, share, replicas = slice_memory_shape(mapping.num_chips, spec.batch, data, slices, spec.dcn_sharded)
     return estimate_memory(spec.model, chips, share // microbatches, spec.recompute, hardware.chip.usable_hbm,
                            spec.bytes_per_param, reserved_bytes=spec.prefetch_budget, data_parallel=replicas,
                            zero_stage=spec.zero_stage, embedding=spec.embedding, remat_save=spec.remat_save,
                            remat_offload=spec.remat_offload, attention=spec.attention, microbatches=microbatches,
-                           combine_bytes=hardware.combine_threshold)
+                           combine_bytes=hardware.combine_threshold, panel_bytes=panel_bytes)
 
 
 def _accumulated(m: int, one: _Value, bare: _Value) -> _Value:

@@ -16,11 +16,15 @@ The busiest moment is the backward pass of the last layer: every layer's checkpo
 - **gradient buckets in flight** (ZeRO 2 and 3): the whole bf16 gradient of the collective being produced and of
   the one being reduce-scattered, before each keeps its 1/D shard;
 - **the gradient accumulator** across micro-batches (more than one): fp32, one per parameter of the chip's
-  gradient shard, beside the bf16 gradient of the micro-batch.
+  gradient shard, beside the bf16 gradient of the micro-batch;
+- **the GeMM panels**: the operand buffers the busiest GeMM of that backward pass holds while it runs, as its
+  algorithm declares them (``GemmAlgorithm.panel_bytes``: a collective 2D GeMM's whole gathered panels, two of a
+  MeshSlice's slices, ...), plus the early transfers the prefetch policy has started for the GeMMs ahead. Only the
+  step's plan knows them (``model.program.panel_peak``); the tuner's gate charges a bound over the plans it may
+  choose (``tuning.capacity.mesh_memory``). They come in as ``panel_bytes``.
 
-Everything is per chip of a tensor-parallel group of ``group`` chips, which shards activations and weights
-alike. Not counted: the gathered operand panels of a 2D tensor-parallel GeMM (each algorithm holds its own;
-docs/workloads.md#working-set names the gap), and XLA's fragmentation.
+Everything else is per chip of a tensor-parallel group of ``group`` chips, which shards activations and weights
+alike. Not counted: XLA's fragmentation.
 """
 
 from __future__ import annotations
@@ -52,19 +56,21 @@ class Transients:
     gathered_bytes: float = 0.0
     bucket_bytes: float = 0.0
     accumulation_bytes: float = 0.0
+    panel_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
         return (self.recompute_bytes + self.attention_bytes + self.gradient_bytes + self.gathered_bytes
-                + self.bucket_bytes + self.accumulation_bytes)
+                + self.bucket_bytes + self.accumulation_bytes + self.panel_bytes)
 
 
 def transients(model: TransformerModel, tokens: int, group: int, recomputed_bytes: float, attention: Attention, *,
                data_parallel: int, zero_stage: int, microbatches: int, gradient_params: float,
-               combine_bytes: float) -> Transients:
+               combine_bytes: float, panel_bytes: float = 0.0) -> Transients:
     """The transients of one chip: ``tokens`` of one micro-batch per replica, a tensor-parallel group of
     ``group`` chips, ``recomputed_bytes`` the layer's activations (before sharding) its backward re-produces,
-    ``gradient_params`` the parameters of the chip's gradient shard."""
+    ``gradient_params`` the parameters of the chip's gradient shard, ``panel_bytes`` the GeMM panels the step's
+    plan holds (``model.program.panel_peak``; a bound of them where the plan is still open)."""
     h, q, k = model.hidden, model.q_width, model.kv_width
     wide = (2 if model.mlp.kind is MlpKind.GATED else 1) * model.ffn
     scores = 0.0
@@ -78,7 +84,8 @@ def transients(model: TransformerModel, tokens: int, group: int, recomputed_byte
         buckets = in_flight
         gathered = in_flight if zero_stage >= 3 else 0.0
     accumulation = dtype_bytes(ACCUMULATION_DTYPE) * gradient_params if microbatches > 1 else 0.0
-    return Transients(recomputed_bytes / group, scores / group, gradients / group, gathered, buckets, accumulation)
+    return Transients(recomputed_bytes / group, scores / group, gradients / group, gathered, buckets, accumulation,
+                      panel_bytes)
 
 
 def in_flight_elements(parts: list[int], layers: int) -> int:

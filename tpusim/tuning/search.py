@@ -43,10 +43,10 @@ from tpusim.gemm.registry import get_algorithm
 from tpusim.model.feasibility import parts_for
 from tpusim.model.layer import FF_LAYERS, FFLayer, ff_layers, kv_heads_on_mesh
 from tpusim.model.memory import microbatches_text, plan_memory
-from tpusim.model.program import prefetch_budget
+from tpusim.model.program import PrefetchWindow, prefetch_budget
 from tpusim.model.step import StepSpec
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
-from tpusim.tuning.capacity import host_shortfall, mesh_memory
+from tpusim.tuning.capacity import PanelLimit, host_shortfall, mesh_memory, option_panels
 from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.finalists import (
@@ -123,8 +123,10 @@ class _MeshSearch:
     """The options, prices and plans of one candidate mesh."""
 
     def __init__(self, candidate: MeshCandidate, layers: tuple[FFLayer, ...], context: PricingContext,
-                 cache: CostCache, spec: StepSpec, flips: bool, dataflows: tuple[Dataflow, ...]) -> None:
+                 cache: CostCache, spec: StepSpec, flips: bool, dataflows: tuple[Dataflow, ...],
+                 limit: PanelLimit) -> None:
         self.candidate = candidate
+        self.limit = limit  # the GeMM panels an option may hold (``capacity.mesh_memory``)
         self.dataflows = dataflows
         self.layers = layers
         self.context = context
@@ -169,8 +171,12 @@ class _MeshSearch:
         key = (index, flag)
         if key not in self._options:
             ctx = self.context
-            self._options[key] = layer_options(self.layers[index], ctx.algorithm, self.candidate.mesh, flag,
-                                               self.dataflows, ctx.base, ctx.dtype) if self.flips or not flag else []
+            layer, mesh = self.layers[index], self.candidate.mesh
+            found = layer_options(layer, ctx.algorithm, mesh, flag, self.dataflows, ctx.base,
+                                  ctx.dtype) if self.flips or not flag else []
+            # an option whose panels overflow what the rest of the working set leaves is no plan at all
+            self._options[key] = [o for o in found if self.limit.admits(
+                option_panels(ctx.algorithm, layer, o, mesh, ctx.base, ctx.dtype)[0])]
         found = self._options[key]
         if required is None:
             return found
@@ -350,7 +356,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                                              request.allow_infeasible, data)
             candidates += found
             rejected += skipped
-    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget)
+    limits: dict[tuple[str, str], PanelLimit] = {}
+    candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget, prefetch, limits)
     if not candidates:
         raise _no_mesh(request, micro, rejected)
 
@@ -370,7 +377,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
         for candidate in among:
             # the QKV GeMM's width depends on the feature split where K / V heads are replicated
             layers = ff_layers(model, spec.tokens, feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
-            search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows)
+            search = _MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows,
+                                 limits[candidate.key])
             search.tail = data_parallel_tail(candidate, hardware, model, request.zero_stage, slices)
             searches.append(search)
     searches = _simulable(searches, rejected, notes)
@@ -547,14 +555,25 @@ def _pricing_notes(searches: list[_MeshSearch], exhaustive: bool, name: Callable
 
 
 def _memory_gate(request: TuneSpec, batch: int, candidates: list[MeshCandidate], rejected: list[RejectedMesh],
-                 notes: list[str], reserved_bytes: float | None) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
-    """Drop the meshes that overflow HBM (unless memory is ignored). ``plan_memory`` has already refused a step
-    that fits on no mesh, with the smallest shortfall and what would fit."""
-    estimates = [(mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
-                              request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
-                              (request.remat_save, request.remat_offload), attention=request.attention,
-                              microbatches=request.microbatches or 1), c)
-                 for c in candidates]
+                 notes: list[str], reserved_bytes: float | None, prefetch: Prefetch,
+                 limits: dict[tuple[str, str], PanelLimit]) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+    """Drop the meshes that overflow HBM (unless memory is ignored), with GeMM panels no less than those of any plan
+    the search builds from the layer options each mesh's limit admits (``capacity.mesh_memory``; the limits go into
+    ``limits`` by mesh key): a mesh kept never overflows with the plan chosen, whose exact figure the whole step
+    reports. ``plan_memory`` has already refused a step that fits on no mesh even without panels, with the
+    smallest shortfall and what would fit."""
+    algorithm = get_algorithm(request.algorithm)
+    window = PrefetchWindow(request.prefetch_window, reserved_bytes)
+    estimates = []
+    for c in candidates:
+        estimate, limit = mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
+                                      request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
+                                      (request.remat_save, request.remat_offload), algorithm=algorithm,
+                                      prefetch=prefetch, window=window, dtype=request.dtype,
+                                      attention=request.attention, microbatches=request.microbatches or 1,
+                                      ignore_memory=request.ignore_memory)
+        limits[c.key] = limit
+        estimates.append((estimate, c))
     if request.ignore_memory:
         over = [e for e, _ in estimates if not e.feasible]
         if over:

@@ -37,12 +37,12 @@ from tpusim.collectives.device import Device
 from tpusim.collectives.early import EarlyTransfer
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import DOUBLE_BUFFERED, GemmAlgorithm, GemmContext, Program, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import operand_blocks
+from tpusim.gemm.sharding import block_shape, operand_blocks
 from tpusim.vocabulary import CollectiveOp
 
 TEXTBOOK = "textbook"
@@ -173,6 +173,35 @@ class Cannon(GemmAlgorithm):
         # half h of this chip's block finished on the chip r_B = home - p - d (see the module docstring)
         return concat([blocks[(home - p - d) % n].split(out.dim, 2)[h] for h, d in enumerate(directions)],
                       out.dim)
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """textbook: each moving block in hand while its successor arrives (step s+1's shifts are issued as GeMM s
+        starts), and for LS / RS the partial output block arriving. bidirectional-halves: each moving operand
+        gathered whole (its circulating halves, two blocks, are no more); LS / RS read that copy while two half
+        partial outputs arrive, then all-gather the output block over the reduce axis."""
+        problem, roles = ctx.problem, ctx.roles
+        n = ctx.size(0)
+        sharding = self.sharding(problem, ctx.mesh)
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, sharding, ctx.mesh)
+        moving = [blocks[mv.operand][0] * blocks[mv.operand][1] for mv in roles.gathers]
+        rows, cols = block_shape(problem.y_shape, sharding.y, ctx.mesh, "Y")
+        output = rows * cols if roles.reduce is not None else 0
+        if n == 1:
+            return 0  # nothing moves on one chip
+        if variant_of(ctx.params) == HALVES:
+            gathered = n * sum(moving)
+            return max(gathered + output, n * output)
+        return min(n, DOUBLE_BUFFERED) * sum(moving) + output
+
+    def early_elements(self, ctx: GemmContext) -> int:
+        """The data-independent operand's block, shifted by its skew (textbook) or gathered over its n chips
+        (bidirectional-halves), as ``early_transfers`` moves it."""
+        problem = ctx.problem
+        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        n = ctx.size(0)
+        moved = sum(blocks[mv.operand][0] * blocks[mv.operand][1] for mv in ctx.roles.gathers
+                    if mv.operand == ctx.roles.prefetchable)
+        return gathered(moved, n) if variant_of(ctx.params) == HALVES else (moved if n > 1 else 0)
 
     @staticmethod
     def _skew(dev: Device, ctx: GemmContext, mv: Move) -> EarlyTransfer:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -61,6 +61,14 @@ class FsdpGemm(GemmAlgorithm):
         if roles.reduce is not None and roles.reduce.axis == 0:
             y = yield dev.reduce_scatter(y, axis, roles.reduce.dim)
         return y
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """The weight gathered whole over the P chips (os, ls); rs gathers nothing."""
+        axis = line_axis(self.name, ctx.mesh)
+        shapes = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
+                                ctx.mesh)
+        return sum(gathered(shapes[mv.operand][0] * shapes[mv.operand][1], ctx.mesh[axis]) for mv in ctx.roles.gathers
+                   if mv.axis == 0)
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
         axis = line_axis(self.name, ctx.mesh)

@@ -26,7 +26,7 @@ import simpy
 from tpusim.collectives.device import Device
 from tpusim.engine.tensor import Tensor, assign_strided
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, pipelined_panels, whole_panels
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
@@ -126,6 +126,11 @@ class MeshSlice(GemmAlgorithm):
         for k, part in enumerate(parts):
             out = assign_strided(out, part, roles.reduce.dim, k, slices, block)
         return out
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """Two slices of every gathered operand's panel: slice k+1's gathers are issued as GeMM k starts, so the
+        slice being multiplied and the one arriving are held together (one, unsliced)."""
+        return pipelined_panels(whole_panels(self, ctx), slice_count(ctx.params))
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
         """The first slice's gather of the data-independent operand (the weight; RS: the saved activation)."""

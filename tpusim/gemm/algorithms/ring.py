@@ -41,10 +41,11 @@ from tpusim.collectives.device import Device
 from tpusim.collectives.handles import Pending, expected_of
 from tpusim.engine.tensor import Tensor, add, concat
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.algorithm import DOUBLE_BUFFERED, gathered
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move, Roles
 from tpusim.gemm.local import local_product, product_dims
-from tpusim.gemm.sharding import operand_blocks
+from tpusim.gemm.sharding import block_shape, operand_blocks
 from tpusim.vocabulary import Dataflow, Prefetch
 
 from .placement import RoleAxes, role_sharding, stored_dims
@@ -94,6 +95,28 @@ def ring_prefetchable(problem: GemmProblem, axes: RoleAxes) -> list[tuple[str, i
     if outer.operand == "y" or axes[0] is None:
         return []
     return [(outer.operand, axes[0], outer.dim)]
+
+
+def ring_panel_elements(problem: GemmProblem, axes: RoleAxes, mesh: tuple[int, int]) -> int:
+    """What one chip of the ring schedule holds beyond its blocks: the blocking role-axis-0 gather whole (every
+    partial GeMM reads a piece of it); on a gather ring, from step 1 on, the halves received in the last step
+    while the next ones arrive (on a ring of two chips the one received block); on the reduce ring the arriving
+    accumulators, one output block in all."""
+    inner, outer = role_moves(problem.roles)
+    ring = axes[1]
+    assert ring is not None
+    n = mesh[ring]
+    sharding = role_sharding(axes)
+    shapes = operand_blocks(problem.x_shape, problem.w_shape, sharding, mesh)
+    held = 0
+    if outer.operand != "y" and axes[0] is not None:
+        rows, cols = shapes[outer.operand]
+        held += gathered(rows * cols, mesh[axes[0]])
+    if inner.operand == "y":
+        rows, cols = block_shape(problem.y_shape, sharding.y, mesh, "Y")
+        return held + rows * cols * min(n - 1, 1)
+    rows, cols = shapes[inner.operand]
+    return held + rows * cols * min(n - 1, DOUBLE_BUFFERED)
 
 
 def ring_program(

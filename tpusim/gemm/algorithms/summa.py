@@ -27,7 +27,7 @@ from tpusim.collectives.device import Device
 from tpusim.collectives.early import EarlyTransfer
 from tpusim.engine.tensor import Tensor, concat
 from tpusim.errors import InfeasibleError
-from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
+from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program, pipelined_panels, whole_panels
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move
 from tpusim.gemm.local import local_product, product_dims
@@ -128,6 +128,20 @@ class Summa(GemmAlgorithm):
         held = {"x": x, "w": w}
         return [pair for mv in ctx.roles.gathers if mv.operand == ctx.roles.prefetchable
                 for pair in self._broadcasts(ctx, mv, held[mv.operand], 0)]
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        """Two of the S panels of every gathered operand (panel s of an axis of n chips is its whole panel / S,
+        from one owner or from n / S of them): step s+1's broadcasts are issued as GeMM s starts."""
+        return pipelined_panels(whole_panels(self, ctx), step_count(ctx))
+
+    def early_elements(self, ctx: GemmContext) -> int:
+        """Panel 0 of the data-independent operand, as ``early_transfers`` broadcasts it (on an axis of one chip,
+        its own block: nothing received)."""
+        blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
+                                ctx.mesh)
+        return sum(piece.size for mv in ctx.roles.gathers
+                   if mv.operand == ctx.roles.prefetchable and ctx.size(mv.axis) > 1
+                   for _, piece in self._broadcasts(ctx, mv, Tensor(blocks[mv.operand], ctx.problem.dtype), 0))
 
     def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
         roles, dataflow = ctx.roles, ctx.problem.dataflow

@@ -26,7 +26,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.sharding import Sharding
 
 from .placement import RoleAxes, line_axis, role_sharding
-from .ring import check_ring, ring_program, ring_terms
+from .ring import check_ring, ring_panel_elements, ring_program, ring_terms
 
 
 def _axes(mesh: tuple[int, int]) -> RoleAxes:
@@ -47,6 +47,9 @@ class Tp1dGemm(GemmAlgorithm):
 
     def program(self, dev: Device, ctx: GemmContext, x: Tensor, w: Tensor) -> Program:
         return ring_program(dev, ctx.problem, ctx.params.prefetch, _axes(ctx.mesh), x, w)
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        return ring_panel_elements(ctx.problem, _axes(ctx.mesh), ctx.mesh)
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         return ring_terms(ctx.problem, _axes(ctx.mesh), ctx.mesh, costs).time(ctx.params.prefetch)

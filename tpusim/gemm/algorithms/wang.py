@@ -20,7 +20,7 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 
 from .placement import RoleAxes
-from .ring import check_ring, ring_prefetchable, ring_program, ring_terms
+from .ring import check_ring, ring_panel_elements, ring_prefetchable, ring_program, ring_terms
 
 
 def _axes(problem: GemmProblem) -> RoleAxes:
@@ -40,6 +40,9 @@ class WangGemm(GemmAlgorithm):
 
     def prefetchable_gathers(self, ctx: GemmContext) -> list[tuple[str, int, int]]:
         return ring_prefetchable(ctx.problem, _axes(ctx.problem))
+
+    def panel_elements(self, ctx: GemmContext) -> int:
+        return ring_panel_elements(ctx.problem, _axes(ctx.problem), ctx.mesh)
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         return ring_terms(ctx.problem, _axes(ctx.problem), ctx.mesh, costs).time(ctx.params.prefetch)
