@@ -11,7 +11,7 @@ import pytest
 import tpusim.api as tp
 from tests.panels import BF16, role_sizes, rule, step_panel_bytes
 from tpusim.config import TransformerModel
-from tpusim.errors import UserError
+from tpusim.errors import InfeasibleError, UserError
 from tpusim.gemm.algorithm import GemmContext
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams, default_prefetch
@@ -194,3 +194,40 @@ def test_the_tuned_steps_memory_is_no_more_than_its_gate() -> None:
     estimate, _ = _gate(result.best.algorithm, (rows, cols), default_prefetch(hardware))
     assert result.best.memory_feasible
     assert result.best.memory_bytes_per_chip <= estimate.total_bytes
+
+
+# GPT-3 at batch 64 on 256 meshslice-sim chips: recompute selective needs 32.78 GB of the 33.02 GB a program may fill
+# before the GeMM panels of a collective 64x4 step are counted, and more once they are
+EDGE = {"model": "gpt3-175b", "hardware": "meshslice-sim", "batch": 64, "algorithm": "collective"}
+
+
+def test_an_open_recompute_choice_is_made_again_with_the_panels_of_its_plan() -> None:
+    from tpusim.model.memory import plan_memory
+
+    hardware = load_hardware("meshslice-sim")
+    model = load_model("gpt3-175b")
+    blind = plan_memory(model, 256, 64, Recompute.AUTO, None, hardware.chip.usable_hbm,
+                        combine_bytes=hardware.combine_threshold)
+    assert (blind.recompute, blind.microbatches, blind.estimate.feasible) == (Recompute.SELECTIVE, 1, True)
+    selective = tp.step(**EDGE, mesh="64x4", recompute="selective", ignore_memory=True)
+    assert not selective.memory_feasible  # the choice made without panels would not fit
+    chosen = tp.step(**EDGE, mesh="64x4")
+    explicit = tp.step(**EDGE, mesh="64x4", recompute="minimal")
+    assert (chosen.recompute, chosen.microbatches, chosen.memory_feasible) == ("minimal", 1, True)
+    assert chosen.memory_bytes_per_chip == explicit.memory_bytes_per_chip
+    assert chosen.step_time_s == explicit.step_time_s
+
+
+def test_the_tuner_passes_over_a_choice_no_layout_fits_once_its_panels_are_counted() -> None:
+    found = tp.tune(**EDGE, chips=256)
+    explicit = tp.tune(**EDGE, chips=256, recompute="minimal")
+    assert (found.recompute, found.best.mesh, found.best.step_time_s) == (
+        "minimal", explicit.best.mesh, explicit.best.step_time_s)
+    assert found.best.memory_bytes_per_chip <= load_hardware("meshslice-sim").chip.usable_hbm
+    assert any(note.startswith("recompute selective with 1 micro-batch: no layout fits once its GeMM panels")
+               for note in found.notes)
+    # with the recomputation asked for, the micro-batch count is the choice left open
+    assert tp.tune(**EDGE, chips=256, recompute="selective").microbatches == 2
+    with pytest.raises(InfeasibleError) as refused:  # both asked for: kept, and refused where nothing fits
+        tp.tune(**EDGE, chips=256, recompute="selective", microbatches=1)
+    assert str(refused.value).startswith("no feasible configuration of gpt3-175b with algorithm 'collective'")

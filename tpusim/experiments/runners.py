@@ -38,12 +38,12 @@ from tpusim.experiments.footprint import check_collective_memory, check_gemm_mem
 from tpusim.hardware import load_hardware, scaled_profile, with_collective_switches
 from tpusim.topology import MeshMapping
 from tpusim.units import parse_size
-from tpusim.vocabulary import ZERO_STAGES, Activation, CollectiveOp, Dataflow, Precision, Prefetch, Ring
+from tpusim.vocabulary import ZERO_STAGES, Activation, CollectiveOp, Dataflow, Precision, Prefetch, Recompute, Ring
 
 if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
     from tpusim.gemm.simulate import GemmResult
-    from tpusim.model.step import StepResult
+    from tpusim.model.step import StepResult, StepSpec
     from tpusim.tuning.plan import PlanResult
     from tpusim.tuning.result import Choice, TuneResult
 
@@ -177,7 +177,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     from tpusim.gemm.registry import get_algorithm
     from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
-    from tpusim.model.step import StepSpec, simulate_step
+    from tpusim.model.step import StepSpec, micro_panels, simulate_step
 
     transformer = model_of(request.model, context)
     profile, mapping = _placed(request, context)
@@ -201,12 +201,13 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     chips, share, replicas = slice_memory_shape(mapping.num_chips, batch, mapping.data, slices_over_dcn,
                                                 request.dcn_sharded)
-    memory = plan_memory(transformer, chips, share, request.recompute, request.microbatches,
-                         profile.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=replicas, zero_stage=request.zero_stage,
-                         embedding=request.embedding, remat_save=frozenset(request.remat_save),
-                         remat_offload=frozenset(request.remat_offload), attention=request.attention,
-                         combine_bytes=profile.combine_threshold)
+    fit = partial(plan_memory, transformer, chips, share, request.recompute, request.microbatches,
+                  profile.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                  reserved_bytes=budget, data_parallel=replicas, zero_stage=request.zero_stage,
+                  embedding=request.embedding, remat_save=frozenset(request.remat_save),
+                  remat_offload=frozenset(request.remat_offload), attention=request.attention,
+                  combine_bytes=profile.combine_threshold)
+    memory = fit()
     spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
@@ -215,12 +216,13 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                     prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
                     remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
                     dcn_slices=slices_over_dcn, dcn_sharded=request.dcn_sharded)
-    if slices is None and algorithm.uses_slices:
-        # no --slices: each FF layer takes its fastest feasible K on this mesh (reported in `slices`)
-        from tpusim.tuning.slices import best_slices
-
-        chosen = None if progress is None else partial(progress, "choosing slice counts per layer")
-        spec = replace(spec, slices=best_slices(spec, profile, mapping, context, chosen))
+    spec = _sliced(spec, slices, algorithm.uses_slices, profile, mapping, context, progress)
+    if not request.ignore_memory and (request.recompute is Recompute.AUTO or request.microbatches is None):
+        # the open choices are made again with the GeMM panels of the plan they led to (model.working_set)
+        refit = fit(panel_bytes=micro_panels(spec, profile, mapping))
+        if (refit.recompute, refit.microbatches) != (spec.recompute, spec.microbatches):
+            spec = replace(spec, recompute=refit.recompute, microbatches=refit.microbatches, slices=slices)
+            spec = _sliced(spec, slices, algorithm.uses_slices, profile, mapping, context, progress)
     if progress is not None:
         progress("simulating the step", 0, 1)
     result = simulate_step(spec, profile, mapping,
@@ -230,6 +232,19 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     if progress is not None:
         progress("simulating the step", 1, 1)
     return result
+
+
+def _sliced(spec: StepSpec, slices: tuple[int, ...] | None, sliced: bool, profile: HardwareProfile,
+            mapping: MeshMapping, context: Context | None,
+            progress: Callable[[str, int, int], None] | None) -> StepSpec:
+    """``spec`` with its slice counts: those asked for, or with none asked each FF layer's fastest feasible K on
+    this mesh (reported in ``slices``) where the algorithm slices."""
+    if slices is not None or not sliced:
+        return spec
+    from tpusim.tuning.slices import best_slices
+
+    chosen = None if progress is None else partial(progress, "choosing slice counts per layer")
+    return replace(spec, slices=best_slices(spec, profile, mapping, context, chosen))
 
 
 def _check_dcn(request: StepRequest, profile: HardwareProfile, slices: int) -> None:

@@ -218,16 +218,20 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
                 reserved_bytes: float | None = None, data_parallel: int = 1, zero_stage: int = 0,
                 embedding: bool = False, remat_save: frozenset[Activation] = frozenset(),
                 remat_offload: frozenset[Activation] = frozenset(), attention: Attention = Attention.UNFUSED,
-                combine_bytes: float = 0.0) -> MemoryPlan:
+                combine_bytes: float = 0.0, panel_bytes: float = 0.0,
+                past: frozenset[tuple[Recompute, int]] = frozenset()) -> MemoryPlan:
     """The recomputation and micro-batch count a step runs with (see the module docstring).
 
     ``recompute`` AUTO and ``microbatches`` None are open choices; explicit values are kept. Unless memory is
     ignored, a configuration that cannot fit raises ``InfeasibleError`` naming the smallest shortfall and what
-    would fit.
+    would fit. ``panel_bytes``: the GeMM panels charged at every choice (those of the step's plan at the fewest
+    micro-batches tried; more micro-batches hold no larger panels, so the charge never makes a choice that does
+    not fit look as if it did). ``past``: (recompute, micro-batches) choices already found not to fit once the
+    layout's own needs were counted (the tuner's), passed over for the next that fits.
     """
     capacity_bytes = _usable(capacity_bytes, reserved_bytes)
     shards: dict[str, Any] = {"data_parallel": data_parallel, "zero_stage": zero_stage, "attention": attention,
-                              "combine_bytes": combine_bytes}
+                              "combine_bytes": combine_bytes, "panel_bytes": panel_bytes}
     if recompute is Recompute.CUSTOM:
         shards |= {"remat_save": remat_save, "remat_offload": remat_offload}
     levels = LEVELS if recompute is Recompute.AUTO else (recompute,)
@@ -245,9 +249,12 @@ def plan_memory(model: TransformerModel, chips: int, batch: int, recompute: Reco
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,
                                        embedding=embedding, microbatches=count)
             found = MemoryPlan(level, count, estimate)
-            if estimate.feasible:
+            if estimate.feasible and (found.recompute, found.microbatches) not in past:
                 return found
             tried.append(found)
+    if past:  # every open choice is used up
+        raise InfeasibleError(f"{model.name} on {chips} chips (batch {batch}): no choice of recomputation and "
+                              "micro-batches beyond those tried fits in HBM")
     smallest = min(tried, key=lambda plan: plan.estimate.shortfall_bytes)
     raise InfeasibleError(_shortfall(model, chips, batch, recompute, microbatches, smallest),
                           _what_fits(model, chips, batch, capacity_bytes, bytes_per_param, shards, embedding))
@@ -268,7 +275,8 @@ def _what_fits(model: TransformerModel, chips: int, batch: int, capacity_bytes: 
                shards: dict[str, Any], embedding: bool) -> str:
     """The least change that fits, or why nothing on this many chips can."""
     data = shards["data_parallel"]
-    shards = {name: shards[name] for name in ("data_parallel", "zero_stage", "attention", "combine_bytes")}
+    shards = {name: shards[name] for name in ("data_parallel", "zero_stage", "attention", "combine_bytes",
+                                              "panel_bytes")}
     for count in (m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % data == 0):
         for level in LEVELS:
             estimate = estimate_memory(model, chips, batch // count, level, capacity_bytes, bytes_per_param, **shards,

@@ -364,9 +364,7 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
         switches["host_transfer_s"] = {way: float(_accumulated(m, seconds, bare.switches["host_transfer_s"][way]))
                                        for way, seconds in one.switches["host_transfer_s"].items()}
         switches["host_wait_s"] = float(_accumulated(m, one.switches["host_wait_s"], bare.switches["host_wait_s"]))
-    share = replace(micro, batch=micro.batch // (mapping.data * spec.dcn_slices))  # one replica's, as simulated
-    panels = step_panels(share, plan_step(share, mapping.shape, mapping.data, hardware.combine_threshold))
-    memory = step_memory(spec, hardware, mapping, m, panels)
+    memory = step_memory(spec, hardware, mapping, m, micro_panels(spec, hardware, mapping))
     return replace(
         one, batch=spec.batch, microbatches=m, memory_bytes_per_chip=memory.total_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes, step_time_s=step_time,
@@ -376,6 +374,13 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
         idle_s=total("idle_s"),
         hbm_stall_s=total("hbm_stall_s"), notes=[*one.notes, note],
     )
+
+
+def micro_panels(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float:
+    """The GeMM panels a chip holds in a step of ``spec``: those of one replica's share of one micro-batch, as
+    simulated (``step_panels``)."""
+    share = replace(spec, batch=spec.batch // (spec.microbatches * mapping.data * spec.dcn_slices), microbatches=1)
+    return step_panels(share, plan_step(share, mapping.shape, mapping.data, hardware.combine_threshold))
 
 
 def step_panels(spec: StepSpec, plan: StepPlan) -> float:

@@ -303,12 +303,34 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     result is the same."""
     check_jobs(jobs)
     cache = cache if cache is not None else CostCache(context)
+    past: set[tuple[Recompute, int]] = set()
+    first: InfeasibleError | None = None
     with simulation_pool(jobs, cache.context.cache_folder) as pool:
-        return _search(request, cache, progress, stages, pool)
+        while True:
+            try:
+                return _search(request, cache, progress, stages, pool, frozenset(past))
+            except _Overflowed as overflowed:
+                first = first or overflowed.error
+                past.add(overflowed.choice)
+            except InfeasibleError:
+                if first is None:
+                    raise
+                raise first from None  # no other choice fits: say why the first one did not
+
+
+class _Overflowed(Exception):
+    """Every layout overflowed HBM under an open recomputation and micro-batch ``choice`` once its own needs (its
+    GeMM panels, its replicas' state) were counted: the next choice that fits is searched instead."""
+
+    def __init__(self, error: InfeasibleError, choice: tuple[Recompute, int]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.choice = choice
 
 
 def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None] | None,
-            stages: Callable[[int, int], None] | None, pool: SimulationPool | None) -> TuneResult:
+            stages: Callable[[int, int], None] | None, pool: SimulationPool | None,
+            past: frozenset[tuple[Recompute, int]] = frozenset()) -> TuneResult:
     say = progress if progress is not None else _silent
     count = stages if stages is not None else _uncounted
     if request.fidelity is Fidelity.ANALYTIC:
@@ -329,7 +351,12 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
                          hardware.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
                          reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage,
                          remat_save=request.remat_save, remat_offload=request.remat_offload,
-                         attention=request.attention, combine_bytes=hardware.combine_threshold)
+                         attention=request.attention, combine_bytes=hardware.combine_threshold, past=past)
+    open_choice = request.recompute is Recompute.AUTO or request.microbatches is None
+    if past:
+        tried = ", ".join(f"recompute {level} with {microbatches_text(m)}" for level, m in sorted(past))
+        notes.append(f"{tried}: no layout fits once its GeMM panels and replicas are counted; the next choice "
+                     f"that fits is recompute {memory.recompute} with {microbatches_text(memory.microbatches)}")
     request = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
     micro = batch // memory.microbatches  # the search prices one micro-batch; whole steps are timed at m of them
 
@@ -357,8 +384,11 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
             candidates += found
             rejected += skipped
     limits: dict[tuple[str, str], PanelLimit] = {}
+    kept = len(candidates)
     candidates, rejected = _memory_gate(request, micro, candidates, rejected, notes, budget, prefetch, limits)
     if not candidates:
+        if open_choice and kept and not request.ignore_memory:  # the gate dropped them: more recomputation may fit
+            raise _Overflowed(_no_mesh(request, micro, rejected), (memory.recompute, memory.microbatches))
         raise _no_mesh(request, micro, rejected)
 
     flips = algorithm.parallelism == "2d"
