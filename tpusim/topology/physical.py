@@ -143,6 +143,13 @@ class PhysicalTopology:
         """Number of directed ICI links."""
         return len(self.link_src)
 
+    def _check_chips(self, *arrays: np.ndarray) -> None:
+        """``_check_chip`` of every chip of ``arrays`` at once: the first one outside the topology is refused."""
+        for chips in arrays:
+            bad = chips[(chips < 0) | (chips >= self.num_chips)]
+            if bad.size:
+                self._check_chip(int(bad[0]))
+
     def _check_chip(self, chip: int) -> int:
         if isinstance(chip, bool) or not isinstance(chip, int | np.integer) or not 0 <= chip < self.num_chips:
             raise TopologyError(
@@ -238,10 +245,7 @@ class PhysicalTopology:
     def _one_hop(self, sources: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether, link) per pair: the first link, in axis and then + / - order, from ``sources[i]`` that ends
         at ``targets[i]`` (none from a chip to itself)."""
-        for chips in (sources, targets):
-            bad = chips[(chips < 0) | (chips >= self.num_chips)]
-            if bad.size:
-                self._check_chip(int(bad[0]))
+        self._check_chips(sources, targets)
         hops = self._hop[sources].reshape(len(sources), -1)  # [pairs, axes x (+, -)]
         ends = np.where(hops >= 0, self.link_dst[np.maximum(hops, 0)], -1)
         matches = (ends == targets[:, None]) & (sources != targets)[:, None]
@@ -271,10 +275,7 @@ class PhysicalTopology:
         targets = np.asarray(dst, dtype=np.int64).ravel()
         if self.twist is not None or not sources.size or not self.num_links:
             return [self.route(int(a), int(b)) for a, b in zip(sources, targets, strict=True)]
-        for chips in (sources, targets):
-            bad = chips[(chips < 0) | (chips >= self.num_chips)]
-            if bad.size:
-                self._check_chip(int(bad[0]))
+        self._check_chips(sources, targets)
         return self._dimension_ordered(sources, targets)
 
     def _dimension_ordered(self, sources: np.ndarray, targets: np.ndarray) -> list[tuple[int, ...]]:
