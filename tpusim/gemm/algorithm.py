@@ -130,6 +130,11 @@ class GemmAlgorithm(ABC):
         not declare its own is charged the most a 2D GeMM gathers, never nothing."""
         return sum(whole_panels(self, ctx).values())
 
+    def blocks(self, ctx: GemmContext) -> dict[str, tuple[int, int]]:
+        """The per-chip block shapes of ``ctx``'s stored operands under this algorithm's sharding, keyed "x" and
+        "w" (``sharding.operand_blocks``)."""
+        return operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh), ctx.mesh)
+
     def panel_bytes(self, ctx: GemmContext) -> float:
         """``panel_elements`` at the operand dtype."""
         return float(self.panel_elements(ctx) * dtype_bytes(ctx.problem.dtype))
@@ -139,8 +144,7 @@ class GemmAlgorithm(ABC):
         the op holds ahead of this GeMM. By default the ``prefetchable_gathers`` of the ``prefetch_part`` of the
         blocks, as ``early_transfers`` sends them; an algorithm that overrides that overrides this too (the
         contract test checks the two agree)."""
-        blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
-                                ctx.mesh)
+        blocks = self.blocks(ctx)
         return sum(gathered(self.prefetch_part(ctx, operand, Tensor(blocks[operand], ctx.problem.dtype)).size,
                             ctx.mesh[axis]) for operand, axis, _ in self.prefetchable_gathers(ctx))
 
@@ -172,8 +176,7 @@ class GemmAlgorithm(ABC):
 def whole_panels(algorithm: GemmAlgorithm, ctx: GemmContext) -> dict[str, int]:
     """Elements of each gathered operand of ``ctx``'s dataflow gathered whole over its role axis: the chip's block
     times the chips of that axis, keyed "x" or "w"."""
-    blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, algorithm.sharding(ctx.problem, ctx.mesh),
-                            ctx.mesh)
+    blocks = algorithm.blocks(ctx)
     return {mv.operand: gathered(blocks[mv.operand][0] * blocks[mv.operand][1], ctx.size(mv.axis))
             for mv in ctx.roles.gathers}
 

@@ -196,8 +196,7 @@ class Cannon(GemmAlgorithm):
     def early_elements(self, ctx: GemmContext) -> int:
         """The data-independent operand's block, shifted by its skew (textbook) or gathered over its n chips
         (bidirectional-halves), as ``early_transfers`` moves it."""
-        problem = ctx.problem
-        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        blocks = self.blocks(ctx)
         n = ctx.size(0)
         moved = sum(blocks[mv.operand][0] * blocks[mv.operand][1] for mv in ctx.roles.gathers
                     if mv.operand == ctx.roles.prefetchable)
@@ -228,7 +227,7 @@ class Cannon(GemmAlgorithm):
         ``out_gather`` (LS/RS: the final all-gather of the output block)."""
         problem, roles = ctx.problem, ctx.roles
         n = ctx.size(0)
-        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        blocks = self.blocks(ctx)
         m, nn, k = product_dims(problem.dataflow, blocks["x"], blocks["w"])
         size = {op: shape[0] * shape[1] for op, shape in blocks.items()}
         moving = [(ctx.axis(mv.axis), size[mv.operand]) for mv in roles.gathers]

@@ -14,7 +14,6 @@ from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext, Program
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.local import local_product, product_dims
-from tpusim.gemm.sharding import operand_blocks
 from tpusim.vocabulary import CollectiveOp, Prefetch
 
 
@@ -49,7 +48,7 @@ class CollectiveGemm(GemmAlgorithm):
 
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles
-        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        blocks = self.blocks(ctx)
         gathered = dict(blocks)
         times = {}
         for mv in roles.gathers:

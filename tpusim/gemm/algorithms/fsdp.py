@@ -27,7 +27,7 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import Sharding, operand_blocks
+from tpusim.gemm.sharding import Sharding
 from tpusim.vocabulary import Prefetch
 
 from .placement import line_axis, role_sharding
@@ -65,8 +65,7 @@ class FsdpGemm(GemmAlgorithm):
     def panel_elements(self, ctx: GemmContext) -> int:
         """The weight gathered whole over the P chips (os, ls); rs gathers nothing."""
         axis = line_axis(self.name, ctx.mesh)
-        shapes = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
-                                ctx.mesh)
+        shapes = self.blocks(ctx)
         return sum(gathered(shapes[mv.operand][0] * shapes[mv.operand][1], ctx.mesh[axis]) for mv in ctx.roles.gathers
                    if mv.axis == 0)
 
@@ -77,7 +76,7 @@ class FsdpGemm(GemmAlgorithm):
     def analytic(self, ctx: GemmContext, costs: CostModel) -> float:
         problem, roles = ctx.problem, ctx.roles
         axis = line_axis(self.name, ctx.mesh)
-        shapes = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        shapes = self.blocks(ctx)
         gather = 0.0
         for mv in roles.gathers:
             if mv.axis == 0:

@@ -31,7 +31,6 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import operand_blocks
 from tpusim.vocabulary import CollectiveOp
 
 
@@ -145,7 +144,7 @@ class MeshSlice(GemmAlgorithm):
         """Per-slice times: the gathers (one per gathered operand), the reduce-scatter (0 for OS), the GeMM."""
         problem, roles = ctx.problem, ctx.roles
         slices = slice_count(ctx.params)
-        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        blocks = self.blocks(ctx)
         gathered = dict(blocks)
         gathers = []
         for mv in roles.gathers:

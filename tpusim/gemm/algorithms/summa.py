@@ -32,7 +32,6 @@ from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Move
 from tpusim.gemm.local import local_product, product_dims
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.sharding import operand_blocks
 from tpusim.vocabulary import CollectiveOp
 
 
@@ -137,8 +136,7 @@ class Summa(GemmAlgorithm):
     def early_elements(self, ctx: GemmContext) -> int:
         """Panel 0 of the data-independent operand, as ``early_transfers`` broadcasts it (on an axis of one chip,
         its own block: nothing received)."""
-        blocks = operand_blocks(ctx.problem.x_shape, ctx.problem.w_shape, self.sharding(ctx.problem, ctx.mesh),
-                                ctx.mesh)
+        blocks = self.blocks(ctx)
         return sum(piece.size for mv in ctx.roles.gathers
                    if mv.operand == ctx.roles.prefetchable and ctx.size(mv.axis) > 1
                    for _, piece in self._broadcasts(ctx, mv, Tensor(blocks[mv.operand], ctx.problem.dtype), 0))
@@ -187,7 +185,7 @@ class Summa(GemmAlgorithm):
         the reduces (0 for OS), the panel GeMM."""
         problem, roles = ctx.problem, ctx.roles
         steps = step_count(ctx)
-        blocks = operand_blocks(problem.x_shape, problem.w_shape, self.sharding(problem, ctx.mesh), ctx.mesh)
+        blocks = self.blocks(ctx)
         panels = dict(blocks)
         broadcasts = []
         for mv in roles.gathers:
