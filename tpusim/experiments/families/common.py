@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -179,6 +180,24 @@ def by_setting(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     for entry in entries:
         grouped.setdefault(scale_label(entry["point"].get("scale") or {}), []).append(entry)
     return grouped
+
+
+def step_times(entries: list[dict[str, Any]],
+               key: Callable[[dict[str, Any]], Hashable]) -> dict[Any, dict[str, float | None]]:
+    """Each comparison's tuned step time per algorithm (None where its point found nothing), the comparison of a
+    point being ``key(point)``."""
+    times: dict[Any, dict[str, float | None]] = {}
+    for entry in entries:
+        best = step_of(entry)
+        times.setdefault(key(entry["point"]), {})[entry["point"]["algorithm"]] = best["step_time_s"] if best else None
+    return times
+
+
+def meshslice_leads(times: dict[str, float | None]) -> dict[str, float | None]:
+    """MeshSlice's speedup T / T_MS - 1 over each algorithm of one comparison's ``times`` (None where a side has
+    no time)."""
+    ms = times.get("meshslice")
+    return {algorithm: (t / ms - 1.0) if (t and ms) else None for algorithm, t in times.items()}
 
 
 LEAD_FIELDS = ("settings", "low", "low_at", "high", "high_at", "holds")

@@ -23,33 +23,27 @@ from tpusim.experiments.families.common import (
     figure,
     lead_range,
     memory_label,
+    meshslice_leads,
     panel_figure,
     save,
     shared_legend,
     step_of,
+    step_times,
 )
 from tpusim.experiments.families.family import Family
 from tpusim.experiments.families.sweeps import speedups
 from tpusim.experiments.runners import run_request
 
 
-def _times(entries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float | None]]:
-    """Each (model, memory treatment)'s tuned step time per algorithm (None where the point found nothing)."""
-    times: dict[tuple[str, str], dict[str, float | None]] = {}
-    for entry in entries:
-        point, best = entry["point"], step_of(entry)
-        times.setdefault((point["model"], memory_label(point)), {})[point["algorithm"]] = (
-            best["step_time_s"] if best else None)
-    return times
+def _comparison(point: dict[str, Any]) -> tuple[str, str]:
+    """The headline comparison a point belongs to: its model and memory treatment."""
+    return point["model"], memory_label(point)
 
 
 def _leads(times: dict[str, float | None]) -> dict[str, float | None]:
     """MeshSlice's speedup T / T_MS - 1 over each algorithm of ``times``, and over the best other 2D algorithm
     (under ``BEST_OTHER``)."""
-    ms = times.get("meshslice")
-    leads: dict[str, float | None] = {a: (t / ms - 1.0) if (t and ms) else None for a, t in times.items()}
-    leads[BEST_OTHER] = speedups(times).get("speedup_vs_best")
-    return leads
+    return {**meshslice_leads(times), BEST_OTHER: speedups(times).get("speedup_vs_best")}
 
 
 BEST_OTHER = "best other 2D"
@@ -60,7 +54,7 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     sensitivity settings too (``reproduce headline --lead-ranges``), each lead's range over them."""
     settings = by_setting(entries)
     rows = []
-    times = _times(settings[NOMINAL])
+    times = step_times(settings[NOMINAL], _comparison)
     for entry in settings[NOMINAL]:
         point, best = entry["point"], step_of(entry)
         result = entry.get("result") or {}
@@ -75,7 +69,7 @@ def _headline_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "step_time_s": best["step_time_s"] if best else None, "mfu": best["mfu"] if best else None,
             "hfu": best.get("hfu") if best else None, "error": entry.get("error") or "",
         })
-    leads = {label: {key: _leads(setting) for key, setting in _times(group).items()}
+    leads = {label: {key: _leads(setting) for key, setting in step_times(group, _comparison).items()}
              for label, group in settings.items()}
     for row in rows:
         key = (row["model"], row["memory"])

@@ -19,10 +19,12 @@ from tpusim.experiments.families.common import (
     by_setting,
     lead_range,
     memory_label,
+    meshslice_leads,
     panel_figure,
     save,
     shared_legend,
     step_of,
+    step_times,
 )
 from tpusim.experiments.families.family import Family
 from tpusim.units import GB
@@ -55,16 +57,7 @@ def _pod_key(point: dict[str, Any]) -> tuple[str, str, int, int]:
 def _pod_leads(entries: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], dict[str, float | None]]:
     """MeshSlice's speedup T / T_MS - 1 over each algorithm of every comparison (``all``: the best layout of any
     kind; negative where it beats MeshSlice)."""
-    times: dict[tuple[str, str, int, int], dict[str, float | None]] = {}
-    for entry in entries:
-        best = step_of(entry)
-        times.setdefault(_pod_key(entry["point"]), {})[entry["point"]["algorithm"]] = (
-            best["step_time_s"] if best else None)
-    leads = {}
-    for key, by_algorithm in times.items():
-        ms = by_algorithm.get("meshslice")
-        leads[key] = {a: (t / ms - 1.0) if (t and ms) else None for a, t in by_algorithm.items()}
-    return leads
+    return {key: meshslice_leads(times) for key, times in step_times(entries, _pod_key).items()}
 
 
 def _pod_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

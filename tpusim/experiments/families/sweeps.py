@@ -19,6 +19,7 @@ from tpusim.experiments.families.common import (
     scale_label,
     shared_legend,
     step_of,
+    step_times,
 )
 from tpusim.experiments.families.family import Family
 
@@ -136,11 +137,7 @@ def speedups(times: dict[str, float | None]) -> dict[str, Any]:
 
 
 def _sensitivity_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, str], dict[str, float | None]] = {}
-    for entry in entries:
-        point, best = entry["point"], step_of(entry)
-        key = (point["model"], scale_label(point["scale"]))
-        groups.setdefault(key, {})[point["algorithm"]] = best["step_time_s"] if best else None
+    groups = step_times(entries, lambda point: (point["model"], scale_label(point["scale"])))
     rows = []
     for (model, label), times in groups.items():
         rows.append({"model": model, "scale": label, **speedups(times), "paper_claim": PAPER_SPEEDUP.get(model)})
