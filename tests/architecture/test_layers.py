@@ -1,5 +1,6 @@
 """Imports point one way: units/config -> hardware -> topology -> engine -> collectives -> gemm -> model ->
-tuning -> experiments -> cli (docs/README.md). A module may import its own layer and any layer to its left."""
+tuning -> experiments -> cli (docs/architecture.md#layers). A module may import its own layer and any layer to its
+left."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ __all__ = ["Finalist", "Searched", "Timed", "ops_bound", "time_exhaustively", "t
 
 
 class Searched(Protocol):
-    """What the final timing needs of one mesh's search (``search._MeshSearch``)."""
+    """What the final timing needs of one mesh's search (``mesh_search.MeshSearch``)."""
 
     candidate: MeshCandidate
     context: PricingContext

@@ -1,0 +1,72 @@
+"""The ranking of meshes (default search, step 2): one search per admitted candidate, priced by its closed forms,
+and the leaders chosen for the DES refinement with the window of options each may use."""
+
+from __future__ import annotations
+
+from tpusim.gemm.params import GemmParams
+from tpusim.model.feasibility import parts_for
+from tpusim.model.layer import ff_layers
+from tpusim.model.step import StepSpec
+from tpusim.tuning.capacity import PanelLimit
+from tpusim.tuning.data_tail import data_parallel_tail
+from tpusim.tuning.layer_costs import CostCache, PricingContext, pass_multiplicity
+from tpusim.tuning.mesh_search import MeshSearch, mesh_report
+from tpusim.tuning.result import MeshReport
+from tpusim.tuning.space import MeshCandidate
+from tpusim.tuning.spec import Setting
+
+MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
+SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
+
+
+def replica_spec(setting: Setting, batch: int) -> StepSpec:
+    """The step of a replica training ``batch`` sequences under the settled request."""
+    request, memory = setting.request, setting.memory
+    return StepSpec(request.model, setting.algorithm.name, batch, prefetch=setting.prefetch,
+                    recompute=memory.recompute, attention=request.attention, prefetch_window=request.prefetch_window,
+                    prefetch_budget=setting.budget, bytes_per_param=request.bytes_per_param, dtype=request.dtype,
+                    allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,
+                    zero_stage=request.zero_stage, remat_save=request.remat_save,
+                    remat_offload=request.remat_offload)
+
+
+def mesh_searches(setting: Setting, candidates: list[MeshCandidate], limits: dict[tuple[str, str], PanelLimit],
+                  cache: CostCache) -> list[MeshSearch]:
+    """One search per candidate, each charged its data-parallel tail (``data_tail``)."""
+    request, algorithm = setting.request, setting.algorithm
+    flips = algorithm.parallelism == "2d"
+    searches = []
+    for data in sorted({c.data for c in candidates}):
+        # one replica's share of the micro-batch: its GeMM shapes, pass counts and non-FF ops
+        spec = replica_spec(setting, setting.micro // data)
+        among = [c for c in candidates if c.data == data]
+        pricing = PricingContext(request.hardware, algorithm, GemmParams(setting.prefetch), request.dtype,
+                                 request.fidelity, pass_multiplicity(spec, among[0].mesh))
+        for candidate in among:
+            # the QKV GeMM's width depends on the feature split where K / V heads are replicated
+            layers = ff_layers(request.model, spec.tokens,
+                               feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
+            search = MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows,
+                                limits[candidate.key])
+            search.tail = data_parallel_tail(candidate, request.hardware, request.model, request.zero_stage,
+                                             request.dcn_slices)
+            searches.append(search)
+    return searches
+
+
+def rank_meshes(searches: list[MeshSearch], reports: dict[tuple[str, str], MeshReport], refine_meshes: int,
+                layers: int) -> list[MeshSearch]:
+    """Rank the meshes by their analytic best and seed the refinement of the leaders (default search)."""
+    ranked = []
+    for search in searches:
+        plans = search.plans(simulated=False, keep=SEED_PLANS)
+        if plans:
+            ranked.append((search.ranking_cost(plans[0], layers), search.candidate.key, search, plans))
+        reports[search.candidate.key] = mesh_report(search, plans, simulated=False, layers=layers)
+    ranked.sort(key=lambda item: item[:2])
+    refined = []
+    for rank, (cost, _, search, plans) in enumerate(ranked):
+        if rank < refine_meshes or cost <= ranked[0][0] * (1 + MESH_MARGIN):
+            search.seed_window(plans)
+            refined.append(search)
+    return refined
