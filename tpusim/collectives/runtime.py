@@ -24,7 +24,6 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import DcnFabric
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.handles import Pending, PendingTimeout
 from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
@@ -61,16 +60,16 @@ class _Instance:
 
 
 class CollectiveRuntime:
-    """The collectives of one simulation, on ``network`` (default: the one the simulation's profile describes).
+    """The collectives of one simulation, on ``network``, the request's model the simulation was built on.
 
     ``share_hbm``: charge the DMA to the chips' HBM where the profile asks for contention
     (docs/chip.md#hbm-contention); a run without compute has nothing for it to slow and may skip the accounting."""
 
-    def __init__(self, sim: Simulation, network: Network | None = None, *, ring: Ring = Ring.BIDIRECTIONAL,
+    def __init__(self, sim: Simulation, network: Network, *, ring: Ring = Ring.BIDIRECTIONAL,
                  chunks: int = 0, representatives: Sequence[tuple[int, ...]] | None = None,
                  share_hbm: bool = True) -> None:
         self.sim = sim
-        self.network = network = network if network is not None else network_for(sim.hardware, sim.mapping)
+        self.network = network
         self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
         self.representative = self.representatives is not None
         self._expected: dict[tuple[int, int], int] = {}

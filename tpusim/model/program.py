@@ -417,7 +417,7 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
     link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
     copies where ``host`` offloads tensors). ``dcn_slices`` > 1: the slice simulated is one of that many joined
     over the profile's DCN (representative chips stand for their hosts, ``tpusim.collectives.dcn``)."""
-    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
+    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
                               "host.link_bandwidth")

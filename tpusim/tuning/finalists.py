@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.tuning.dp import Plan
 from tpusim.tuning.result import Choice
+from tpusim.tuning.space import candidate_network
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -96,8 +97,8 @@ def step_spec(finalist: Finalist, spec: StepSpec) -> StepSpec:
 
 def _simulate(finalist: Finalist, spec: StepSpec) -> StepResult:
     search = finalist.search
-    return simulate_step(step_spec(finalist, spec), search.context.hardware, search.candidate.mapping,
-                         context=search.step_context)
+    network = candidate_network(search.context.hardware, search.candidate.mapping, search.step_context)
+    return simulate_step(step_spec(finalist, spec), network)
 
 
 def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], spec: StepSpec,

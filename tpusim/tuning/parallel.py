@@ -41,6 +41,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
+from tpusim.tuning.space import candidate_network
 from tpusim.vocabulary import Fidelity
 
 if TYPE_CHECKING:
@@ -73,8 +74,11 @@ def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list
     """The simulated time of each GeMM of every group, in one context: a worker's share of every mesh reuses the
     timings it made for the others, as the search does in one process."""
     context = Context.with_cache(folder)
-    times = [[simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity, context=context).time_s
-              for problem, params in jobs] for jobs, algorithm, hardware, mapping, fidelity in groups]
+    times = []
+    for jobs, algorithm, hardware, mapping, fidelity in groups:
+        network = candidate_network(hardware, mapping, context)
+        times.append([simulate_gemm(problem, algorithm, params, network, fidelity=fidelity).time_s
+                      for problem, params in jobs])
     return times, list(context.timings.memory.items())
 
 
@@ -83,7 +87,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     """The whole step, reusing ``entries`` (the GeMMs priced on its mesh)."""
     context = Context.with_cache(folder)
     context.timings.adopt(entries)
-    return simulate_step(spec, hardware, mapping, context=context)
+    return simulate_step(spec, candidate_network(hardware, mapping, context))
 
 
 def _grouped(groups: Sequence[Group], folder: Path | None) -> tuple[list[float], Entries]:

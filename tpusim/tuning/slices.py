@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from tpusim.config import HardwareProfile
-from tpusim.engine.context import Context
+from tpusim.collectives.network import Network
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
@@ -19,20 +18,19 @@ from tpusim.gemm.simulate import check_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
-from tpusim.topology import MeshMapping
 from tpusim.tuning.space import slice_counts
 from tpusim.vocabulary import Fidelity
 
 
-def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                context: Context | None = None, progress: Callable[[int, int], None] | None = None) -> tuple[int, ...]:
-    """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``mapping``; ``progress``
-    hears (layers done, layers in all) as each layer's count is chosen."""
+def best_slices(spec: StepSpec, network: Network,
+                progress: Callable[[int, int], None] | None = None) -> tuple[int, ...]:
+    """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``network``'s mesh, without
+    its link overrides; ``progress`` hears (layers done, layers in all) as each layer's count is chosen."""
     algorithm = get_algorithm(spec.algorithm)
     # one replica's GeMMs on one slice: its share of the batch, as the step simulates them
-    replica = replace(spec, batch=spec.batch // (mapping.data * spec.dcn_slices))
-    mapping = mapping.tensor_mapping  # in a pod layout one replica's GeMMs, on its share of the batch
-    mesh = mapping.shape
+    replica = replace(spec, batch=spec.batch // (network.mapping.data * spec.dcn_slices))
+    network = network.over(network.mapping.tensor_mapping)  # in a pod layout one replica's GeMMs
+    mesh = network.mapping.shape
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
     chosen = []
     layers = block_layers(replica, mesh)
@@ -47,9 +45,7 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
                     check_gemm(algorithm, problem, mesh, params)
             except InfeasibleError:
                 continue
-            total = sum(simulate_gemm(p, algorithm.name, params, hardware, mapping, fidelity=fidelity,
-                                      context=context).time_s
-                        for p in problems)
+            total = sum(simulate_gemm(p, algorithm.name, params, network, fidelity=fidelity).time_s for p in problems)
             timed.append((total, k))
         if not timed:
             raise InfeasibleError(f"no slice count is feasible for layer {layer.name} on mesh {mesh[0]}x{mesh[1]}; "

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tpusim.collectives.factory import place_mesh
+from tpusim.collectives.factory import network_for, place_mesh
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
@@ -173,3 +175,9 @@ def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int
                 continue
             options.append(LayerOption(dataflow, transpose, k))
     return options
+
+
+def candidate_network(hardware: HardwareProfile, mapping: MeshMapping, context: Context) -> Network:
+    """The network model of a candidate placement, on ``context`` (the search's, or a worker's): the one place the
+    tuner and its worker processes build a model; everything they price then takes it."""
+    return network_for(hardware, mapping, context=context)
