@@ -184,14 +184,17 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
         sizes = [spec.window, spec.window + 1] if windowed and total_layers > spec.window + 1 else [
             total_layers]
 
-        def run(layers: int, keep_busy: bool) -> OpsRun:
+        def run(layers: int, keep_busy: bool, chip: int | None = None) -> OpsRun:
             return run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown, keep_link_busy=keep_busy, host=host, dcn_slices=slices)
+                           chip_slowdown=chip_slowdown, keep_link_busy=keep_busy, host=host, dcn_slices=slices,
+                           chip=chip)
 
         if len(sizes) == 1 and total_layers > spec.window + 1:
             _check_every_layer_memory(spec, run, total_layers)
-        windows = [run(n, link_busy is not None) for n in sizes]
+        # the breakdown is extrapolated chip by chip, so every window accounts the critical chip of the largest
+        largest = run(sizes[-1], link_busy is not None)
+        windows = [run(n, link_busy is not None, largest.account.critical) for n in sizes[:-1]] + [largest]
 
         def extrapolate(values: list[float]) -> float:
             return _extrapolate(values, sizes, total_layers)
