@@ -5,12 +5,11 @@ kept in the source tree and an install finds them (``tpusim.config.catalog.shipp
 from setuptools import find_namespace_packages, setup
 
 SHIPPED = {"tpusim._shipped.configs": "configs", "tpusim._shipped.experiments": "experiments"}
+# every folder below them is a (data-only) package of its own, as setuptools wants for the files it holds
+FOLDERS = [f"{package}.{sub}" for package, folder in SHIPPED.items() for sub in find_namespace_packages(where=folder)]
 
 setup(
-    packages=[*find_namespace_packages(include=["tpusim*"]), *SHIPPED],
+    packages=[*find_namespace_packages(include=["tpusim*"]), *SHIPPED, *FOLDERS],
     package_dir=SHIPPED,
-    package_data={
-        "tpusim._shipped.configs": ["hardware/*.yaml", "models/*.yaml", "measurements/*.csv", "measurements/*.md"],
-        "tpusim._shipped.experiments": ["*/*.yaml"],
-    },
+    package_data={package: ["*.yaml", "*.csv", "*.md"] for package in [*SHIPPED, *FOLDERS]},
 )
