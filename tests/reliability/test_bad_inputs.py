@@ -18,7 +18,7 @@ import pytest
 from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
 from tpusim.cli.main import main
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import HARDWARE
 from tpusim.errors import (
     ConfigError,
     InfeasibleError,
@@ -58,7 +58,7 @@ CC = {"hardware": "meshslice-sim", "mesh": "8x8", "axis": 0, "op": "all-gather",
 
 
 def _hardware_with(old: str, new: str) -> str:
-    text = (data_root() / "hardware" / "tpuv4.yaml").read_text()
+    text = (HARDWARE.root() / "tpuv4.yaml").read_text()
     assert old in text
     return text.replace(old, new).replace("name: tpuv4", "name: bad")
 

@@ -23,7 +23,7 @@ from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
 from tpusim.cli.main import main
 from tpusim.config import Point
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import HARDWARE
 from tpusim.errors import ConfigError, NonFiniteError, UserError
 from tpusim.experiments import spec as spec_module
 from tpusim.experiments.spec import expand, load_experiment
@@ -240,7 +240,7 @@ def test_deep_nesting_is_refused(tmp_path: Path) -> None:
 
 
 def test_long_base_chain_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "p0.yaml").write_text((data_root() / "hardware" / "tpuv4.yaml").read_text()
+    (tmp_path / "p0.yaml").write_text((HARDWARE.root() / "tpuv4.yaml").read_text()
                                       .replace("name: tpuv4", "name: p0"))
     for level in range(1, 1200):
         (tmp_path / f"p{level}.yaml").write_text(f"name: p{level}\nbase: p{level - 1}.yaml\n")

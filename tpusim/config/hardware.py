@@ -1,4 +1,4 @@
-"""Models of a hardware profile file (``tpusim/data/hardware/*.yaml``): chip, ICI and calibration constants.
+"""Models of a hardware profile file (``configs/hardware/*.yaml``): chip, ICI and calibration constants.
 
 Values are SI (FLOP/s, bytes, B/s, seconds). A *physical* profile describes links and hops; a *calibrated*
 profile carries instead the per-op, per-axis constants (beta, lambda, alpha) of the MeshSlice authors' cost
