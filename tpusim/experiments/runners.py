@@ -141,8 +141,10 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
     from tpusim.gemm.simulate import simulate_gemm
+    from tpusim.tuning.slices import fastest_slice_count
 
-    name = get_algorithm(request.algorithm).name
+    algorithm = get_algorithm(request.algorithm)
+    name = algorithm.name
     profile, mapping = _placed(request, context)
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
     _check_links(profile, mapping, link_busy)
@@ -150,10 +152,24 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
+    slow_chips = parse_slow_chips(request.slow_chips, mapping.num_chips) or None
+    slow_links = parse_slow_links(request.slow_links, mapping) or None
+
+    def time(candidate: GemmProblem, with_params: GemmParams) -> float:
+        return simulate_gemm(candidate, name, with_params, profile, mapping, fidelity=request.fidelity,
+                             context=context, chip_slowdown=slow_chips, link_overrides=slow_links).time_s
+
+    chosen = None
+    if request.slices is None and algorithm.uses_slices:  # as a step does: the fastest feasible slice count
+        chosen = fastest_slice_count(algorithm, [problem], mapping.shape, params, time)
+        if chosen is not None:
+            params = replace(params, slices=chosen[0])
     result = simulate_gemm(problem, name, params, profile, mapping, verify=request.verify, seed=request.seed,
                            tracer=tracer, fidelity=request.fidelity, context=context, link_busy=link_busy,
-                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                           link_overrides=parse_slow_links(request.slow_links, mapping) or None)
+                           chip_slowdown=slow_chips, link_overrides=slow_links)
+    if chosen is not None and len(chosen[1]) > 1:
+        result.notes.append(f"slice count {chosen[0]} chosen, the fastest of the feasible "
+                            f"{', '.join(map(str, chosen[1]))}")
     if request.compat_mean_overlap:
         result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
     return result
