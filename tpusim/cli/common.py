@@ -38,7 +38,7 @@ def out_dir_arg(text: str) -> Path:
 
 
 def count_arg(flag: str) -> Callable[[str], int]:
-    """An argparse type for counts (chips, K, batch): integers >= 1."""
+    """An argparse type for counts (chips, slice counts, batch): integers >= 1."""
 
     def parse(text: str) -> int:
         try:

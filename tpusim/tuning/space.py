@@ -36,7 +36,7 @@ class LayerOption:
     slices: int | None
 
     def describe(self) -> str:
-        k = "" if self.slices is None else f" K={self.slices}"
+        k = "" if self.slices is None else f" S={self.slices}"
         return f"{self.dataflow}{' T' if self.transpose else ''}{k}"
 
 
@@ -140,7 +140,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
 
 def slice_counts(algorithm: GemmAlgorithm, problems: list[GemmProblem], mesh: tuple[int, int],
                  base: GemmParams) -> list[int]:
-    """The slice counts every pass of a layer can run with (one K serves its three GeMMs), ascending."""
+    """The slice counts every pass of a layer can run with (one count serves its three GeMMs), ascending."""
     common: set[int] | None = None
     for problem in problems:
         found = set(algorithm.slice_options(problem, mesh, base) or ())

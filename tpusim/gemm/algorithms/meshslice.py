@@ -57,7 +57,7 @@ def divisors(n: int) -> list[int]:
 
 class MeshSlice(GemmAlgorithm):
     name = "meshslice"
-    summary = "MeshSlice: K strided partial collectives per axis, software-pipelined against sliced GeMMs"
+    summary = "MeshSlice: S strided partial collectives per axis, software-pipelined against sliced GeMMs"
     uses_slices = True
 
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int]:
