@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.small_model import SMALL_MODEL_YAML
 from tpusim import api
 from tpusim.cli.main import build_parser, main
 from tpusim.config.hardware import CalibratedProfile, PhysicalProfile
 from tpusim.errors import UserError
 from tpusim.units import format_size, format_time
-
-from tests.small_model import SMALL_MODEL_YAML
 
 PLAIN_GEMM = ["gemm", "--hardware", "tpuv4", "--mesh", "4x4", "--dataflow", "os", "--m", "1000", "--n", "1000",
               "--k", "1000"]

@@ -8,6 +8,7 @@ backward-weight GeMMs are fastest together (ties: the smaller count). A GeMM on 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -18,12 +19,12 @@ from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
-from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
 from tpusim.topology import MeshMapping
-from tpusim.tuning.space import slice_counts
+from tpusim.tuning.space import runs, slice_counts
 from tpusim.vocabulary import Fidelity
 
 GemmTimer = Callable[[GemmProblem, GemmParams], float]
@@ -34,18 +35,16 @@ def fastest_slice_count(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem
                         base: GemmParams, time: GemmTimer) -> tuple[int, list[int]] | None:
     """The feasible slice count whose ``problems`` take least ``time`` together (ties: the smaller), with every
     feasible count it was chosen from; None where no count is feasible for all of them."""
-    timed: list[tuple[float, int]] = []
+    timed: list[tuple[bool, float, int]] = []
     for count in slice_counts(algorithm, list(problems), mesh, base):
         params = replace(base, slices=count)
-        try:
-            for problem in problems:
-                check_gemm(algorithm, problem, mesh, params)
-        except InfeasibleError:
-            continue
-        timed.append((sum(time(problem, params) for problem in problems), count))
+        if runs(algorithm, problems, mesh, params):
+            total = sum(time(problem, params) for problem in problems)
+            # a time that overflowed (inf, nan) never wins: among such counts the smallest, whose result says so
+            timed.append((not math.isfinite(total), total if math.isfinite(total) else 0.0, count))
     if not timed:
         return None
-    return min(timed)[1], [count for _, count in timed]
+    return min(timed)[2], [count for _, _, count in timed]
 
 
 def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,

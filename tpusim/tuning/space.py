@@ -12,6 +12,7 @@ Every option is confirmed by the algorithm's own feasibility check on all three 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tpusim.collectives.factory import place_mesh
@@ -157,19 +158,24 @@ def layer_problems(layer: FFLayer, option: LayerOption, dtype: str) -> dict[Pass
 def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int], transpose: bool,
                   dataflows: tuple[Dataflow, ...], base: GemmParams, dtype: str) -> list[LayerOption]:
     """Every feasible option of ``layer`` on ``mesh`` with the given transposition flag."""
-    options = []
+    options: list[LayerOption] = []
     for dataflow in dataflows:
         probe = LayerOption(dataflow, transpose, None)
         problems = list(layer_problems(layer, probe, dtype).values())
         counts: list[int | None] = [None]
         if algorithm.uses_slices:
             counts = list(slice_counts(algorithm, problems, mesh, base))
-        for k in counts:
-            params = replace(base, slices=k)
-            try:
-                for problem in problems:
-                    check_gemm(algorithm, problem, mesh, params)
-            except InfeasibleError:
-                continue
-            options.append(LayerOption(dataflow, transpose, k))
+        options.extend(LayerOption(dataflow, transpose, k) for k in counts
+                       if runs(algorithm, problems, mesh, replace(base, slices=k)))
     return options
+
+
+def runs(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem], mesh: tuple[int, int],
+         params: GemmParams) -> bool:
+    """Whether every one of ``problems`` passes the algorithm's feasibility rules on ``mesh`` with ``params``."""
+    try:
+        for problem in problems:
+            check_gemm(algorithm, problem, mesh, params)
+    except InfeasibleError:
+        return False
+    return True
