@@ -129,10 +129,13 @@ def test_other_listings_name_no_folder(capsys: pytest.CaptureFixture[str]) -> No
     assert (code, list(json.loads(out))) == (0, ["collectives"])
 
 
-def test_the_text_output_names_the_slice_a_mesh_was_placed_on(capsys: pytest.CaptureFixture[str]) -> None:
-    """16 chips of tpuv4 default to the 2x2x4 slice; the text says so, with each logical axis's embedding."""
+@pytest.mark.parametrize(("switch", "axis0"), [([], "x*y dimensional"), (["--multi-axis", "snake"], "x*y snake")])
+def test_the_text_output_names_the_slice_a_mesh_was_placed_on(capsys: pytest.CaptureFixture[str], switch: list[str],
+                                                              axis0: str) -> None:
+    """16 chips of tpuv4 default to the 2x2x4 slice; the text says so, with each logical axis's embedding, and an
+    axis of two physical axes by the schedule its collectives ran: tpuv4's dimensional one, or the snake ring."""
     argv = ["gemm", "--hardware", "tpuv4", "--mesh", "4x4", "--algorithm", "collective", "--dataflow", "os",
-            "--m", "256", "--n", "256", "--k", "256"]
+            "--m", "256", "--n", "256", "--k", "256", *switch]
     code, out, _ = run(capsys, argv)
     assert code == 0
-    assert out.splitlines()[1] == "  network         tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)"
+    assert out.splitlines()[1] == f"  network         tpuv4:2x2x4 (axis 0: {axis0}; axis 1: z line)"

@@ -207,9 +207,27 @@ def test_slice_count_below_one(slices: int) -> None:
         get_algorithm("meshslice").check(GemmProblem(256, 256, 256, Dataflow.OS), (4, 4), GemmParams(slices=slices))
 
 
+def test_one_slice_needs_only_the_mesh_to_divide_the_sliced_dimension() -> None:
+    """One slice is the whole block, with no strided runs: k = 80 on 4x4 is no multiple of lcm(4, 4) x 8 = 32, yet
+    one slice runs; two do not."""
+    algorithm = get_algorithm("meshslice")
+    problem = GemmProblem(256, 256, 80, Dataflow.OS)
+    assert algorithm.slice_options(problem, (4, 4), GemmParams()) == [1]
+    algorithm.check(problem, (4, 4), GemmParams(slices=1))
+    with pytest.raises(InfeasibleError, match=r"lcm\(4, 4\) x 8 x 2; feasible slice counts: 1$"):
+        algorithm.check(problem, (4, 4), GemmParams(slices=2))
+
+
 def test_no_feasible_slice_count() -> None:
     with pytest.raises(InfeasibleError, match="feasible slice counts: none"):
-        get_algorithm("meshslice").check(GemmProblem(256, 256, 80, Dataflow.OS), (4, 4), GemmParams(slices=1))
+        get_algorithm("meshslice").check(GemmProblem(256, 256, 82, Dataflow.OS), (4, 4), GemmParams(slices=1))
+
+
+def test_no_feasible_slice_count_when_none_was_asked_for_names_no_flag() -> None:
+    with pytest.raises(InfeasibleError) as info:
+        get_algorithm("meshslice").check(GemmProblem(256, 256, 82, Dataflow.OS), (4, 4), GemmParams())
+    assert str(info.value) == ("meshslice: the sliced dimension k = 82 is not divisible by lcm(4, 4) = 4, so no slice "
+                               "count is feasible; use a multiple of 4")
 
 
 def test_unknown_variant() -> None:

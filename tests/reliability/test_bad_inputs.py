@@ -188,7 +188,7 @@ CASES = [
          "algorithm 'cannon' needs a square mesh; got 2x4",
          lambda: api.gemm(**{**G, "mesh": "2x4"}, algorithm="cannon"), InfeasibleError),
     Case("slices-without-slicing", [*GEMM, "--algorithm", "cannon", "--slices", "2"],
-         "--slices 2 does not apply to algorithm 'cannon'; only 'meshslice' (its slice count K) and 'summa' (its "
+         "--slices 2 does not apply to algorithm 'cannon'; only 'meshslice' (its slice count S) and 'summa' (its "
          "panel count S) take one", lambda: api.gemm(**G, algorithm="cannon", slices=2), InfeasibleError),
     Case("step-dataflows-count", [*STEP, "--mesh", "16x16", "--chips", "256", "--dataflows", "os,ls"],
          "dataflows 'os,ls' needs 1 or 4 values (qkv, out_proj, ff1, ff2)",

@@ -273,7 +273,8 @@ def test_absurd_peak_flops_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize(("argv", "needle"), [
     pytest.param([*GEMM, "--m", "4096", "--n", "4096", "--k", "4096", "--scale-flops", "1e-320", "--json"],
-                 "the result's time_s came out nan: an input makes the times overflow a float; look at scale.flops "
+                 # every panel count overflows; the smallest, one panel, is the one run and named
+                 "the result's time_s came out inf: an input makes the times overflow a float; look at scale.flops "
                  "1e-320, m/n/k 4096/4096/4096, hardware meshslice-sim", id="gemm-flops"),
     pytest.param(["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--algorithm", "summa", "--mesh", "4x4",
                   "--ignore-memory", "--slow-link", "x:1e308", "--json"],
@@ -328,7 +329,7 @@ def test_results_json_stays_json_when_a_point_overflows(tmp_path: Path) -> None:
     api.run_experiment(path, tmp_path / "out")
     points = _strict_json((tmp_path / "out" / "results.json").read_text())["points"]
     assert points[0]["error"] is None and points[0]["result"]["time_s"] > 0
-    assert points[1]["error"].startswith("the result's time_s came out nan: an input makes the times overflow")
+    assert points[1]["error"].startswith("the result's time_s came out inf: an input makes the times overflow")
 
 
 def test_nan_time_in_the_event_loop_ends_it() -> None:

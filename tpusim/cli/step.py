@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
+from tpusim.cli.common import (
+    add_trace_arguments,
+    emit_json,
+    network_text,
+    note,
+    slices_text,
+    stall_text,
+    throughput_text,
+)
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.cli.progress import Bar
@@ -49,15 +57,16 @@ def run(args: argparse.Namespace) -> int:
               if result.data_parallel > 1 else result.mesh)
     print(f"{result.model} on {result.chips} chips ({layout}), {result.algorithm}, {result.hardware}, "
           f"batch {result.batch}, fidelity {result.fidelity}")
-    print(f"  network       {network_text(result.mapping)}")
+    print(f"  network       {network_text(result.mapping, result.multi_axis)}")
     print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%   "
           f"HFU {100 * result.hfu:.1f}%")
+    print(f"  throughput    {throughput_text(result.tokens_per_s, result.seconds_per_sequence)}")
     print(f"  compute       {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")
     data = (f"   (tensor-parallel {format_time(result.exposed_comm_s - result.exposed_data_comm_s)}, data-parallel "
             f"{format_time(result.exposed_data_comm_s)})" if result.data_parallel > 1 else "")
     print(f"  exposed comm  {format_time(result.exposed_comm_s)}{data}")
     print(f"  idle          {format_time(result.idle_s)}")
-    print(f"  dataflows     {', '.join(result.dataflows)}   slices {result.slices}")
+    print(f"  dataflows     {', '.join(result.dataflows)}   {slices_text(result.slices)}")
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "
           f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
           f"recompute {result.recompute}, {microbatches_text(result.microbatches)}")

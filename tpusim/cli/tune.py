@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note
+from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note, per_layer_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
@@ -60,7 +60,7 @@ def _print(result: TuneResult) -> None:
     # the slice each mesh is placed on, where there is one (a calibrated profile has none)
     placed = result.best.slice_shape is not None
     rows: list[tuple[str, ...]] = [("", "mesh", *(("slice",) if placed else ()), "dataflows", "transposed", "slices",
-                                    "step time", "MFU", "HFU")]
+                                    "step time", "tokens/s", "per sequence", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
             rows.append(_row(label, choice, placed))
@@ -79,7 +79,7 @@ def _print(result: TuneResult) -> None:
 
 def _row(label: str, choice: Choice, placed: bool) -> tuple[str, ...]:
     transposed = " ".join("T" if t else "-" for t in choice.transposes)
-    slices = " ".join("-" if k is None else str(k) for k in choice.slices)
     shape = (choice.slice_shape or "-",) if placed else ()
-    return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, slices, format_time(choice.step_time_s),
+    return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, per_layer_text(choice.slices),
+            format_time(choice.step_time_s), f"{choice.tokens_per_s:,.0f}", format_time(choice.seconds_per_sequence),
             f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")

@@ -146,8 +146,10 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
     from tpusim.gemm.simulate import simulate_gemm
+    from tpusim.tuning.slices import fastest_slice_count
 
-    name = get_algorithm(request.algorithm).name
+    algorithm = get_algorithm(request.algorithm)
+    name = algorithm.name
     network = _placed(request, context)
     profile, mapping = network.hardware, network.mapping
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
@@ -156,9 +158,22 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
+    slow_chips = parse_slow_chips(request.slow_chips, mapping.num_chips) or None
+
+    def time(candidate: GemmProblem, with_params: GemmParams) -> float:
+        return simulate_gemm(candidate, name, with_params, network, fidelity=request.fidelity,
+                             chip_slowdown=slow_chips).time_s
+
+    chosen = None
+    if request.slices is None and algorithm.uses_slices:  # as a step does: the fastest feasible slice count
+        chosen = fastest_slice_count(algorithm, [problem], mapping.shape, params, time)
+        if chosen is not None:
+            params = replace(params, slices=chosen[0])
     result = simulate_gemm(problem, name, params, network, verify=request.verify, seed=request.seed,
-                           tracer=tracer, fidelity=request.fidelity, link_busy=link_busy,
-                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None)
+                           tracer=tracer, fidelity=request.fidelity, link_busy=link_busy, chip_slowdown=slow_chips)
+    if chosen is not None and len(chosen[1]) > 1:
+        result.notes.append(f"slice count {chosen[0]} chosen, the fastest of the feasible "
+                            f"{', '.join(map(str, chosen[1]))}")
     if request.compat_mean_overlap:
         result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
     return result

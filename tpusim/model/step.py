@@ -36,7 +36,7 @@ from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
-__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
+__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step", "throughput"]
 
 _Value = TypeVar("_Value", float, np.ndarray)  # a number of the step, or one per directed link
 
@@ -79,6 +79,8 @@ class StepResult(ResultMixin):
     step_time_s: float
     mfu: float
     hfu: float
+    tokens_per_s: float
+    seconds_per_sequence: float
     compute_s: float
     exposed_comm_s: float
     exposed_data_comm_s: float
@@ -227,6 +229,7 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
+    tokens_per_s, seconds_per_sequence = throughput(whole.batch, spec.model.sequence, step_time)
     memory = step_memory(whole, network, 1, step_panels(spec, plan))
     layers_used = block_layers(spec, mesh)
     return StepResult(
@@ -239,7 +242,8 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
-        step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed,
+        step_time_s=step_time, mfu=mfu, hfu=hfu, tokens_per_s=tokens_per_s,
+        seconds_per_sequence=seconds_per_sequence, compute_s=compute, exposed_comm_s=exposed,
         exposed_data_comm_s=exposed_data, dcn_slices=slices,
         dcn_axis=None if slices == 1 else "dcn_fsdp" if spec.dcn_sharded else "dcn_data",
         exposed_dcn_comm_s=exposed_dcn, idle_s=idle,
@@ -274,6 +278,13 @@ def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, 
     if step_time <= 0:
         return 0.0, 0.0
     return step_model_flops(spec) / (peak * step_time), step_hardware_flops(spec) / (peak * step_time)
+
+
+def throughput(batch: int, sequence: int, step_time: float) -> tuple[float, float]:
+    """(tokens per second, seconds per sequence) of a step of ``batch`` sequences of ``sequence`` tokens each."""
+    if step_time <= 0:
+        return 0.0, 0.0
+    return batch * sequence / step_time, step_time / batch
 
 
 def _extrapolate(values: Sequence[_Value], sizes: list[int], layers: int) -> _Value:
@@ -345,6 +356,7 @@ def _microbatched(spec: StepSpec, network: Network, chip_slowdown: dict[int, flo
 
     step_time = total("step_time_s")
     mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
+    tokens_per_s, seconds_per_sequence = throughput(spec.batch, spec.model.sequence, step_time)
     once = [what for what, present in (("the optimizer update", spec.optimizer),
                                        ("the data-parallel synchronisation",
                                         mapping.data > 1 or spec.dcn_slices > 1)) if present]
@@ -359,7 +371,8 @@ def _microbatched(spec: StepSpec, network: Network, chip_slowdown: dict[int, flo
     return replace(
         one, batch=spec.batch, microbatches=m, memory_bytes_per_chip=memory.total_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes, step_time_s=step_time,
-        mfu=mfu, hfu=hfu, switches=switches,
+        mfu=mfu, hfu=hfu, tokens_per_s=tokens_per_s,
+        seconds_per_sequence=seconds_per_sequence, switches=switches,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
         exposed_data_comm_s=total("exposed_data_comm_s"), exposed_dcn_comm_s=total("exposed_dcn_comm_s"),
         idle_s=total("idle_s"),
