@@ -271,10 +271,11 @@ class Tracer:
                            "ts": _us(min(max(hop.arrival, start), end)), **common})
         return events
 
-    def write(self, path: Path) -> None:
-        """Write the trace to ``path`` atomically."""
-        text = json.dumps(self.to_chrome(), separators=(",", ":"), allow_nan=False)
-        write_atomic(path, text, "trace file")
+    def write(self, path: Path) -> dict[str, Any]:
+        """Write the trace to ``path`` atomically; returns the object written (``to_chrome``)."""
+        chrome = self.to_chrome()
+        write_atomic(path, json.dumps(chrome, separators=(",", ":"), allow_nan=False), "trace file")
+        return chrome
 
 
 def _us(seconds: float) -> float:
