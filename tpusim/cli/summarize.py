@@ -48,11 +48,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     from tpusim.experiments.trace_spans import OTHER
 
     about = summary["trace"]
-    what = (f" of {about['model']}, {about['algorithm']} on {about['mesh']} ({about['hardware']}, "
-            f"{about['fidelity']})" if {"model", "algorithm", "mesh", "hardware", "fidelity"} <= about.keys() else "")
-    print(f"{summary['chip_name']}{what}: {summary['chip_rule']}")
+    step = {"model", "algorithm", "mesh", "hardware", "fidelity"} <= about.keys()
+    if step:  # a GeMM trace says nothing of itself
+        print(f"trace of {about['model']}, {about['algorithm']} on {about['mesh']} ({about['hardware']}, fidelity "
+              f"{about['fidelity']})")
     if "traced_layers" in about:
-        print(f"  traced        {about['traced_layers']}")
+        print(f"  layers        {about['traced_layers']}")
+    print(f"  chip          {summary['chip_name']}: {summary['chip_rule']}")
     print(f"  end time      {format_time(summary['end_s'])} = compute {format_time(summary['compute_s'])} + exposed "
           f"comm {format_time(summary['exposed_comm_s'])} + idle {format_time(summary['idle_s'])}")
     print(f"  HBM stall     {format_time(summary['hbm_stall_s'])} of the compute")

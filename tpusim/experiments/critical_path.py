@@ -4,15 +4,16 @@ A trace records when work ran, not what waited on what, so the chain is read fro
 chip's end, the span that ends at that moment is the work the chip's next step waited on; the chain continues
 from that span's start. Where several spans end at that moment, a compute op is taken before a collective (the
 chip's one compute queue released the next op), then the longest. Where none ends there, the chip was waiting on
-nothing it traced (another chip, a launch): an ``idle`` segment reaches back to the latest earlier end. The
-segments tile ``[0, end]``, so their durations add up to the chip's end time. Consecutive segments of one op
-(``L2 fwd ff1``: its GeMM slices and the gathers between them) form one run.
+nothing it traced (another chip, a launch): an ``idle`` segment reaches back to the latest earlier end, and
+belongs to the op that follows it. The segments tile ``[0, end]``, so their durations add up to the chip's end
+time. Consecutive segments of one op (``L2 fwd ff1``: its GeMM slices, the gathers between them and any waits)
+form one run.
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpusim.experiments.trace_spans import COMPUTE_TRACKS, ChipSpans, TraceSpan
 
@@ -78,7 +79,9 @@ def critical_path(chip: ChipSpans) -> list[Segment]:
     if at > 0:  # a start within the tolerance of 0
         path.append(Segment(IDLE, IDLE, IDLE, 0, at))
     path.reverse()
-    return path
+    # a wait belongs to the op it held up, so that an op's launch gaps do not split its run
+    return [replace(s, scope=path[k + 1].scope) if s.kind == IDLE and k + 1 < len(path) else s
+            for k, s in enumerate(path)]
 
 
 def _preference(span: TraceSpan) -> tuple[bool, int, str]:
