@@ -140,6 +140,26 @@ def test_a_physical_step_traced_over_every_layer_matches_its_breakdown(capsys: p
     _adds_up(other)
 
 
+def test_a_chip_waiting_for_a_slow_mate_waits_on_the_collective(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    # chip 1 computes at half speed: chip 0 joins each collective first and waits for it, which a result counts as
+    # exposed communication, so the summary does too (the trace's spans say how long it waited)
+    model = tmp_path / "tiny2.yaml"
+    model.write_text("name: tiny2\ndescription: a small transformer\nlayers: 2\nhidden: 512\nheads: 8\n"
+                     "head_dim: 64\nffn: 2048\nsequence: 128\nvocabulary: 1000\n")
+    trace = tmp_path / "t.json"
+    code, out, _ = _run(capsys, ["step", "--model", str(model), "--hardware", "tpuv4", "--topology", "torus:4x4",
+                                 "--mesh", "4x4", "--algorithm", "meshslice", "--slices", "2", "--slow-chip", "1:2",
+                                 "--all-layers", "--trace", str(trace), "--trace-chips", "0-1", "--json"])
+    assert code == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e["ph"] == "X" and e["pid"] == 0 and e["args"].get("waited_s", 0) > 0 for e in events)
+    summary = summarize_chip(capsys, trace, 0)
+    _adds_up(summary)
+    assert summary["idle_s"] == 0.0  # without the waits, tens of microseconds of idle
+    assert json.loads(out)["summary"]["chip"] == 1  # the slow chip is the critical one
+
+
 def summarize_chip(capsys: pytest.CaptureFixture[str], trace: Path, chip: int) -> dict[str, Any]:
     code, out, _ = _run(capsys, ["summarize", str(trace), "--chip", str(chip), "--json"])
     assert code == 0

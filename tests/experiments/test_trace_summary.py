@@ -107,6 +107,15 @@ def test_spans_that_meet_within_a_nanosecond_meet() -> None:
     assert path["by_kind"] == {"MXU": us(20)}
 
 
+def test_a_collective_runs_from_when_the_chip_joined_it() -> None:
+    # the chip joined at 4 us and waited 3 us for the group's other members: waiting on the collective, not idle
+    spans = [(0, 1, "a", 0.0, 4.0, {}), (0, 4, "b", 7.0, 10.0, {"op": "all-gather", "waited_s": 3e-6}),
+             (0, 1, "c", 10.0, 12.0, {})]
+    summary = summarize_trace(_chrome(spans, chips=(0,)))
+    assert (summary["exposed_comm_s"], summary["idle_s"], summary["comm_s"]) == (us(6), 0.0, us(6))
+    assert summary["critical_path"]["by_kind"] == {"MXU": us(6), "all-gather": us(6)}
+
+
 def test_the_chip_is_the_one_asked_for_else_the_critical_else_the_lowest() -> None:
     assert summarize_trace(_chrome(KNOWN), chip=1)["end_s"] == us(50)
     chosen = summarize_trace(_chrome(KNOWN, critical=5))

@@ -131,9 +131,11 @@ class Tracer:
             self.record(chip, HBM_STALL, f"{name} HBM stall", end - stall, end, stall_s=stall)
 
     def collective(self, chip: int, axis: int, op: str, name: str, start: float, end: float, nbytes: float,
-                   group: int) -> None:
-        """A collective from its start to the moment ``chip`` had its data."""
-        self.record(chip, collective_track(axis), name, start, end, op=op, bytes=nbytes, group=group)
+                   group: int, waited: float = 0.0) -> None:
+        """A collective from its start to the moment ``chip`` had its data; ``waited``: the seconds ``chip`` had
+        waited for the group's other members before the start (recorded where there were any)."""
+        more: dict[str, object] = {"waited_s": waited} if waited > SETTLED else {}
+        self.record(chip, collective_track(axis), name, start, end, op=op, bytes=nbytes, group=group, **more)
 
     def starting(self, axis: int, op: str, name: str) -> None:
         """A collective starts on the network: its link program's transfers carry ``name``."""

@@ -43,7 +43,7 @@ class TraceError(UserError):
 class TraceSpan:
     """One span of a chip: ``track`` without its lane suffix, times in whole nanoseconds (what the trace keeps, so
     sums and differences of them are exact); ``op`` is a collective's operation, ``stall_s`` the seconds of an
-    HBM-stall span."""
+    HBM-stall span. A collective runs from the moment the chip joined it, as a result's accounting counts it."""
 
     track: str
     name: str
@@ -189,8 +189,12 @@ def _span(number: int, event: dict[str, Any], track: str, shown: str) -> TraceSp
     if track == HBM_STALL:  # the stall as the chip model recorded it, unrounded
         stall = _number(args.get("stall_s"))
         return TraceSpan(track, name, start, end, stall_s=stall if stall is not None else (end - start) / NS)
-    op = args.get("op") if track.startswith(_COLLECTIVES) else None
-    return TraceSpan(track, name, start, end, None if op is None else str(op))
+    if not track.startswith(_COLLECTIVES):
+        return TraceSpan(track, name, start, end)
+    waited = _number(args.get("waited_s"))  # the chip joined this long before the last member: it waited on it
+    joined = start - round(waited * NS) if waited is not None and waited > 0 else start
+    op = args.get("op")
+    return TraceSpan(track, name, joined, end, None if op is None else str(op))
 
 
 def _number(value: Any) -> float | None:
