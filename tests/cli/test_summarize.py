@@ -116,17 +116,22 @@ def test_without_a_trace_a_step_has_no_summary(capsys: pytest.CaptureFixture[str
     assert code == 0 and "summary" not in json.loads(out)
 
 
-def test_a_physical_step_traced_over_every_layer_matches_its_breakdown(capsys: pytest.CaptureFixture[str],
-                                                                       tmp_path: Path) -> None:
-    model = tmp_path / "tiny3.yaml"
+def _tiny_step(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str) -> tuple[dict[str, Any], Path]:
+    """``step --json`` of a 3-layer model traced over every layer on a tpuv4 4x4 torus, and its trace."""
+    model = folder / "tiny3.yaml"
     model.write_text("name: tiny3\ndescription: a small transformer\nlayers: 3\nhidden: 512\nheads: 8\n"
                      "head_dim: 64\nffn: 2048\nsequence: 128\nvocabulary: 1000\n")
-    trace = tmp_path / "t.json"
+    trace = folder / "t.json"
     code, out, _ = _run(capsys, ["step", "--model", str(model), "--hardware", "tpuv4", "--topology", "torus:4x4",
                                  "--mesh", "4x4", "--algorithm", "meshslice", "--slices", "2", "--all-layers",
-                                 "--trace", str(trace), "--json"])
+                                 "--trace", str(trace), "--json", *extra])
     assert code == 0
-    step = json.loads(out)
+    return json.loads(out), trace
+
+
+def test_a_physical_step_traced_over_every_layer_matches_its_breakdown(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path) -> None:
+    step, trace = _tiny_step(capsys, tmp_path)
     summary = step["summary"]
     _adds_up(summary)
     spans = sum(1 for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X" and e["pid"] == 0)
@@ -144,20 +149,13 @@ def test_a_chip_waiting_for_a_slow_mate_waits_on_the_collective(capsys: pytest.C
                                                                  tmp_path: Path) -> None:
     # chip 1 computes at half speed: chip 0 joins each collective first and waits for it, which a result counts as
     # exposed communication, so the summary does too (the trace's spans say how long it waited)
-    model = tmp_path / "tiny2.yaml"
-    model.write_text("name: tiny2\ndescription: a small transformer\nlayers: 2\nhidden: 512\nheads: 8\n"
-                     "head_dim: 64\nffn: 2048\nsequence: 128\nvocabulary: 1000\n")
-    trace = tmp_path / "t.json"
-    code, out, _ = _run(capsys, ["step", "--model", str(model), "--hardware", "tpuv4", "--topology", "torus:4x4",
-                                 "--mesh", "4x4", "--algorithm", "meshslice", "--slices", "2", "--slow-chip", "1:2",
-                                 "--all-layers", "--trace", str(trace), "--trace-chips", "0-1", "--json"])
-    assert code == 0
+    step, trace = _tiny_step(capsys, tmp_path, "--slow-chip", "1:2", "--trace-chips", "0-1")
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e["ph"] == "X" and e["pid"] == 0 and e["args"].get("waited_s", 0) > 0 for e in events)
     summary = summarize_chip(capsys, trace, 0)
     _adds_up(summary)
     assert summary["idle_s"] == 0.0  # without the waits, tens of microseconds of idle
-    assert json.loads(out)["summary"]["chip"] == 1  # the slow chip is the critical one
+    assert step["summary"]["chip"] == 1  # the slow chip is the critical one
 
 
 def summarize_chip(capsys: pytest.CaptureFixture[str], trace: Path, chip: int) -> dict[str, Any]:
