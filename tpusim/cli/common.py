@@ -86,6 +86,13 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def print_table(rows: list[tuple[str, ...]], indent: str = "") -> None:
+    """``rows`` (the header first) as left-aligned columns two spaces apart, each line after ``indent``."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
 def note(message: str) -> None:
     """A note for the human on stderr."""
     print(f"note: {message}", file=sys.stderr)

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tpusim import __version__
-from tpusim.cli import collective, gemm, listing, plan, reproduce, run, step, tune
+from tpusim.cli import collective, gemm, listing, plan, reproduce, run, step, summarize, tune
 from tpusim.cli.common import UsageError, note
 from tpusim.engine.context import Context
 from tpusim.engine.signals import Interrupted, interrupts_raised
 from tpusim.errors import OutputPathError, TpusimError, UserError, bounded
 
-COMMANDS = (listing, collective, gemm, step, tune, plan, run, reproduce)
+COMMANDS = (listing, collective, gemm, step, tune, plan, run, reproduce, summarize)
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EBADF})
 """Why a write to stdout fails when its reader is not gone (that is EPIPE) but its file is full or unwritable."""
 

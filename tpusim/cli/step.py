@@ -45,13 +45,18 @@ def run(args: argparse.Namespace) -> int:
     with Bar("piece", delay_s=BAR_DELAY_S) as bar:
         result = run_step(request, args.context, link_busy=link_busy, tracer=tracer,
                           progress=bar.phase if bar.drawn else None)
-    finish_trace(tracer, args.trace, result)
+    chrome = finish_trace(tracer, args.trace, result)
     finish_link_map(link_busy, args.link_map, result.step_time_s,
                     f"{result.model} training step, {result.algorithm} on a {result.layout} "
                     f"{'layout' if result.data_parallel > 1 else 'mesh'}, "
                     f"{result.mapping['topology']}, fidelity {result.fidelity}", result.notes)
     if args.json:
-        emit_json(result.to_dict())
+        fields = result.to_dict()
+        if chrome is not None:  # the summary `tpusim summarize` gives of the file just written
+            from tpusim.experiments.trace_summary import summarize_trace
+
+            fields["summary"] = summarize_trace(chrome, shown=str(args.trace))
+        emit_json(fields)
         return 0
     layout = (f"{result.data_parallel} data-parallel replicas of {result.mesh}, ZeRO {result.zero_stage}"
               if result.data_parallel > 1 else result.mesh)

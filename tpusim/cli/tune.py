@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note, per_layer_text
+from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note, per_layer_text, print_table
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
@@ -64,9 +64,7 @@ def _print(result: TuneResult) -> None:
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
             rows.append(_row(label, choice, placed))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print_table(rows)
     skipped = sum(1 for m in result.meshes if m.status == "skipped")
     simulated = sum(1 for m in result.meshes if m.status == "simulated")
     shapes = len({m.slice_shape for m in result.meshes})

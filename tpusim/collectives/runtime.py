@@ -57,6 +57,7 @@ class _Instance:
     handles: dict[int, Pending] = field(default_factory=dict)
     chips: dict[int, int] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)  # by rank: the traced name, with the op that issued it
+    joined: dict[int, float] = field(default_factory=dict)  # by rank, in a traced run: when the chip joined
 
 
 class CollectiveRuntime:
@@ -162,6 +163,8 @@ class CollectiveRuntime:
         axis, group, _ = key
         joined_at = sim.env.now
         handle.callbacks.append(lambda _: self._spent(chip, axis, joined_at, sim.env.now))
+        if sim.tracer is not None:
+            instance.joined[rank] = joined_at
         instance.inputs[rank] = tensor
         instance.handles[rank] = handle
         instance.chips[rank] = chip
@@ -257,7 +260,8 @@ class CollectiveRuntime:
                 sim.waiting.pop(chip, None)
                 if sim.tracer is not None:
                     sim.tracer.collective(chip, call.axis, str(call.op), instance.names.get(rank, str(call.op)),
-                                          record.start, when, call.nbytes, instance.group)
+                                          record.start, when, call.nbytes, instance.group,
+                                          record.start - instance.joined.get(rank, record.start))
                 instance.handles[rank].succeed(outputs[rank])
 
             env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)
