@@ -86,6 +86,16 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def announce_cost(request: Any, context: Any) -> None:
+    """Say on stderr what ``request`` will cost when that is above the threshold (docs/limits.md#cost-estimate);
+    stdout and the run are untouched."""
+    from tpusim.experiments.estimate import long_run_line, request_cost
+
+    line = long_run_line(request_cost(request, context))
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
 def note(message: str) -> None:
     """A note for the human on stderr."""
     print(f"note: {message}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
+from tpusim.cli.common import add_trace_arguments, announce_cost, emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.cli.progress import Bar
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(StepRequest, args)
     assert isinstance(request, StepRequest)
+    announce_cost(request, args.context)
     tracer = start_trace(args.trace, args.trace_chips)
     link_busy = start_link_map(args.link_map, request.fidelity)
     # a bar on a terminal's standard error for a step that takes a while (slice counts chosen, then the step)

@@ -7,15 +7,20 @@ backward-weight GeMMs are fastest together (ties: the smaller K).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from tpusim.collectives.factory import network_for
+from tpusim.collectives.physical.probe import probe_network
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
+from tpusim.engine.footprint import Estimate
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.estimate import gemm_estimate
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
-from tpusim.gemm.simulate import check_gemm, simulate_gemm
+from tpusim.gemm.simulate import analytic_gemm, check_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
@@ -58,3 +63,34 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
         if progress is not None:
             progress(len(chosen), len(layers))
     return tuple(chosen)
+
+
+def slice_search_estimate(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
+                          context: Context | None = None) -> tuple[Estimate, tuple[int, ...]]:
+    """What ``best_slices`` will cost (every feasible count of every FF layer, three GeMMs each, at the spec's
+    fidelity; ``gemm.estimate``), and the counts it will most likely choose: each layer's fastest by the closed
+    forms (the smallest feasible count where a form is missing), for estimating the step that follows."""
+    algorithm = get_algorithm(spec.algorithm)
+    replica = replace(spec, batch=spec.batch // (mapping.data * spec.dcn_slices))
+    mapping = mapping.tensor_mapping
+    mesh = mapping.shape
+    network = probe_network(network_for(hardware, mapping, context=context))
+    fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
+    cost, chosen = Estimate(0), []
+    for layer in block_layers(replica, mesh):
+        problems = [layer.gemm(which, spec.dtype) for which in Pass]
+        base = GemmParams(spec.prefetch, variant=spec.variant)
+        priced: list[tuple[float, int]] = []
+        for k in slice_counts(algorithm, problems, mesh, base):
+            params = replace(base, slices=k)
+            try:
+                for problem in problems:
+                    check_gemm(algorithm, problem, mesh, params)
+            except InfeasibleError:
+                continue
+            for problem in problems:
+                cost = cost + gemm_estimate(algorithm, problem, params, network, fidelity)
+            twins = [analytic_gemm(algorithm, p, params, hardware, mapping, network=network) for p in problems]
+            priced.append((math.inf if None in twins else sum(t for t in twins if t is not None), k))
+        chosen.append(min(priced)[1] if priced else 1)
+    return cost, tuple(chosen)
