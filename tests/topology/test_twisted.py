@@ -189,7 +189,7 @@ def test_a_block_of_a_twisted_axis_is_multi_hop_with_no_twin_and_no_symmetric_ru
     assert not mapping.axes[1].pieces[0].is_cyclic(mapping.topology)  # x[::2] would close on a plain 8x8x16
     plain = parse_topology("8x8x16")
     assert map_mesh(plain, 2, 512).axes[1].pieces[0].is_cyclic(plain)
-    assert twin_time(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 512 * SHARD), TPUV4, mapping) is None
+    assert twin_time(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 512 * SHARD), network_for(TPUV4, mapping)) is None
     assert network_for(TPUV4, mapping).asymmetry(overrides=False) is not None
 
 

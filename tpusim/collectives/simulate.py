@@ -18,6 +18,7 @@ from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
+from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
@@ -107,10 +108,10 @@ def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
     return Tensor((per_member,), "int8")
 
 
-def twin_time(spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
-    """The closed form of ``spec`` on one group of ``mapping``'s axis."""
-    n = mapping.shape[spec.axis]
-    return network_for(hardware, mapping).twin(_call(spec, member_tensor(spec, n)))
+def twin_time(spec: CollectiveSpec, network: Network) -> float | None:
+    """The closed form of ``spec`` on one group of ``network``'s axis (the caller's model of a request)."""
+    n = network.mapping.shape[spec.axis]
+    return network.twin(_call(spec, member_tensor(spec, n)))
 
 
 def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:

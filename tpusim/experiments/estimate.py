@@ -12,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tpusim.collectives.network import Network
+from tpusim.config import HardwareProfile
 from tpusim.config.requests import CollectiveRequest, GemmRequest, Request, StepRequest, TuneRequest
 from tpusim.engine.context import Context
 from tpusim.engine.footprint import Estimate, collective_transfers
 from tpusim.errors import UserError
+from tpusim.topology import MeshMapping
 from tpusim.vocabulary import CollectiveOp, Fidelity, Ring
 
 __all__ = ["CHIP_COLLECTIVE_EVENTS", "THRESHOLD_S", "Cost", "estimate_line", "long_run_line", "request_cost",
@@ -84,6 +87,14 @@ def sweep_cost(points: list[Any], what: str, context: Context | None = None) -> 
     return Cost(total, what)
 
 
+def _probe_network(profile: HardwareProfile, mapping: MeshMapping, context: Context | None) -> Network:
+    """The model a request's probes share (``collectives.physical.probe``): each distinct collective runs once."""
+    from tpusim.collectives.factory import network_for
+    from tpusim.collectives.physical.probe import probe_network
+
+    return probe_network(network_for(profile, mapping, context=context))
+
+
 def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
     from tpusim.experiments.runners import _placed
 
@@ -102,7 +113,6 @@ def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
 
 
 def _gemm(request: GemmRequest, context: Context | None) -> Cost:
-    from tpusim.collectives.factory import network_for
     from tpusim.experiments.runners import _placed, _prefetch
     from tpusim.gemm.dataflow import GemmProblem
     from tpusim.gemm.estimate import gemm_estimate
@@ -115,7 +125,7 @@ def _gemm(request: GemmRequest, context: Context | None) -> Cost:
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
-    network = network_for(profile, mapping, context=context)
+    network = _probe_network(profile, mapping, context)
     fidelity = Fidelity(request.fidelity)
     estimate = gemm_estimate(algorithm, problem, params, network, fidelity)
     cheaper = None
@@ -127,8 +137,6 @@ def _gemm(request: GemmRequest, context: Context | None) -> Cost:
 
 def _step(request: StepRequest, context: Context | None, *, search: bool = True) -> Cost:
     """A step's cost, with the slice-count search a step without ``--slices`` runs first where ``search``."""
-    from tpusim.collectives.factory import network_for
-    from tpusim.collectives.physical.probe import probe_network
     from tpusim.experiments.runners import step_setup
     from tpusim.gemm.fidelity import symmetric_obstacle
     from tpusim.gemm.params import GemmParams
@@ -138,18 +146,19 @@ def _step(request: StepRequest, context: Context | None, *, search: bool = True)
 
     setup = step_setup(request, context)
     spec, profile, mapping = setup.spec, setup.profile, setup.mapping
+    network = _probe_network(profile, mapping, context)
     searched = Estimate(0)
     if setup.slices is None and setup.sliced:
-        searched, chosen = slice_search_estimate(spec, profile, mapping, context)
+        replica = network if mapping.data == 1 else _probe_network(profile, mapping.tensor_mapping, context)
+        searched, chosen = slice_search_estimate(spec, replica, mapping.data)
         spec = replace(spec, slices=chosen)
-    network = probe_network(network_for(profile, mapping, context=context))
-    estimate = (searched if search else Estimate(0)) + step_estimate(spec, profile, mapping, context, network)
+    estimate = (searched if search else Estimate(0)) + step_estimate(spec, network)
     cheaper = None
     if spec.fidelity is Fidelity.FULL and not (request.slow_chips or request.slow_links):
         params = GemmParams(spec.prefetch, variant=spec.variant)
         if symmetric_obstacle(get_algorithm(spec.algorithm), params, network) is None:
             symmetric = replace(spec, fidelity=Fidelity.SYMMETRIC)
-            cheaper = (Fidelity.SYMMETRIC, step_estimate(symmetric, profile, mapping, context, network))
+            cheaper = (Fidelity.SYMMETRIC, step_estimate(symmetric, network))
     step = f"step of {spec.model.name} with {spec.algorithm} on {mapping.num_chips} chips"
     what = f"a {step} (fidelity auto)" if spec.fidelity is Fidelity.AUTO else f"a {spec.fidelity}-fidelity {step}"
     return Cost(estimate, what, cheaper)

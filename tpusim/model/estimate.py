@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import Network
 from tpusim.collectives.physical.probe import probe_network
-from tpusim.config import HardwareProfile
 from tpusim.engine.cache import cache_key
-from tpusim.engine.context import Context
 from tpusim.engine.footprint import Estimate, full_events, step_footprint
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.estimate import second_representative
@@ -25,27 +22,24 @@ from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetr
 from tpusim.model.plan import StepSpec, plan_step
 from tpusim.model.program import HostSchedule, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
-from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Fidelity, Recompute
 
 __all__ = ["step_estimate"]
 
 
-def step_estimate(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                  context: Context | None = None, network: Network | None = None) -> Estimate:
-    """The cost of ``simulate_step(spec, hardware, mapping)``; a step the run would refuse costs nothing here.
-    ``network``: the model of ``hardware`` and ``mapping`` where the caller has one (a ``probe_network`` shared by
-    a request's estimates runs each distinct collective once)."""
+def step_estimate(spec: StepSpec, network: Network) -> Estimate:
+    """The cost of simulating ``spec`` on ``network``'s hardware and mapping (``simulate_step``), on its context; a
+    step the run would refuse costs nothing here. A ``probe_network`` shared by a request's estimates runs each
+    distinct collective once."""
     if spec.recompute is Recompute.AUTO:
         raise ValueError("resolve recompute auto (model.memory.plan_memory) before estimating a step")
     if spec.microbatches > 1:  # a micro-step with the optimizer update and one without (``model.step``)
-        return step_estimate(replace(spec, batch=spec.batch // spec.microbatches, microbatches=1), hardware,
-                             mapping, context, network).times(2)
-    context = context if context is not None else Context()
-    if context.timings.get(cache_key("step", spec, hardware, mapping.describe(), None, None)) is not None:
+        return step_estimate(replace(spec, batch=spec.batch // spec.microbatches, microbatches=1), network).times(2)
+    if network.context.timings.get(cache_key("step", spec, network.hardware, network.mapping.describe(), None,
+                                             None)) is not None:
         return Estimate(0)
     try:
-        return _probed(spec, probe_network(network or network_for(hardware, mapping, context=context)))
+        return _probed(spec, probe_network(network))
     except InfeasibleError:
         return Estimate(0)
 

@@ -11,8 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from tpusim.collectives.factory import network_for
-from tpusim.collectives.physical.probe import probe_network
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.engine.footprint import Estimate
@@ -20,12 +19,12 @@ from tpusim.errors import InfeasibleError
 from tpusim.gemm.estimate import gemm_estimate
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
-from tpusim.gemm.simulate import analytic_gemm, check_gemm, simulate_gemm
+from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
 from tpusim.topology import MeshMapping
-from tpusim.tuning.space import slice_counts
+from tpusim.tuning.space import feasible_params, slice_counts
 from tpusim.vocabulary import Fidelity
 
 
@@ -45,17 +44,13 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
         base = GemmParams(spec.prefetch, variant=spec.variant)
         timed: list[tuple[float, int]] = []
-        for k in slice_counts(algorithm, problems, mesh, base):
-            params = replace(base, slices=k)
-            try:
-                for problem in problems:
-                    check_gemm(algorithm, problem, mesh, params)
-            except InfeasibleError:
-                continue
+        for params in feasible_params(algorithm, problems, mesh, base, list(slice_counts(algorithm, problems, mesh,
+                                                                                          base))):
             total = sum(simulate_gemm(p, algorithm.name, params, hardware, mapping, fidelity=fidelity,
                                       context=context).time_s
                         for p in problems)
-            timed.append((total, k))
+            assert params.slices is not None
+            timed.append((total, params.slices))
         if not timed:
             raise InfeasibleError(f"no slice count is feasible for layer {layer.name} on mesh {mesh[0]}x{mesh[1]}; "
                                   "give --slices and --allow-infeasible to time the nearest one")
@@ -65,32 +60,27 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
     return tuple(chosen)
 
 
-def slice_search_estimate(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                          context: Context | None = None) -> tuple[Estimate, tuple[int, ...]]:
-    """What ``best_slices`` will cost (every feasible count of every FF layer, three GeMMs each, at the spec's
-    fidelity; ``gemm.estimate``), and the counts it will most likely choose: each layer's fastest by the closed
-    forms (the smallest feasible count where a form is missing), for estimating the step that follows."""
+def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> tuple[Estimate, tuple[int, ...]]:
+    """What ``best_slices`` will cost on a layout of ``data`` replicas (every feasible count of every FF layer,
+    three GeMMs each, at the spec's fidelity, on ``network``: one replica's, ``gemm.estimate``), and the counts it
+    will most likely choose: each layer's fastest by the closed forms (the smallest feasible count where a form is
+    missing), for estimating the step that follows."""
     algorithm = get_algorithm(spec.algorithm)
-    replica = replace(spec, batch=spec.batch // (mapping.data * spec.dcn_slices))
-    mapping = mapping.tensor_mapping
+    replica = replace(spec, batch=spec.batch // (data * spec.dcn_slices))
+    hardware, mapping = network.hardware, network.mapping
     mesh = mapping.shape
-    network = probe_network(network_for(hardware, mapping, context=context))
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
     cost, chosen = Estimate(0), []
     for layer in block_layers(replica, mesh):
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
         base = GemmParams(spec.prefetch, variant=spec.variant)
         priced: list[tuple[float, int]] = []
-        for k in slice_counts(algorithm, problems, mesh, base):
-            params = replace(base, slices=k)
-            try:
-                for problem in problems:
-                    check_gemm(algorithm, problem, mesh, params)
-            except InfeasibleError:
-                continue
+        for params in feasible_params(algorithm, problems, mesh, base, list(slice_counts(algorithm, problems, mesh,
+                                                                                          base))):
             for problem in problems:
                 cost = cost + gemm_estimate(algorithm, problem, params, network, fidelity)
             twins = [analytic_gemm(algorithm, p, params, hardware, mapping, network=network) for p in problems]
-            priced.append((math.inf if None in twins else sum(t for t in twins if t is not None), k))
+            assert params.slices is not None
+            priced.append((math.inf if None in twins else sum(t for t in twins if t is not None), params.slices))
         chosen.append(min(priced)[1] if priced else 1)
     return cost, tuple(chosen)

@@ -164,12 +164,21 @@ def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int
         counts: list[int | None] = [None]
         if algorithm.uses_slices:
             counts = list(slice_counts(algorithm, problems, mesh, base))
-        for k in counts:
-            params = replace(base, slices=k)
-            try:
-                for problem in problems:
-                    check_gemm(algorithm, problem, mesh, params)
-            except InfeasibleError:
-                continue
-            options.append(LayerOption(dataflow, transpose, k))
+        options += [LayerOption(dataflow, transpose, params.slices)
+                    for params in feasible_params(algorithm, problems, mesh, base, counts)]
     return options
+
+
+def feasible_params(algorithm: GemmAlgorithm, problems: list[GemmProblem], mesh: tuple[int, int], base: GemmParams,
+                    counts: list[int | None]) -> list[GemmParams]:
+    """``base`` at each of ``counts`` that every one of ``problems`` can run with on ``mesh``, in order."""
+    feasible = []
+    for k in counts:
+        params = replace(base, slices=k)
+        try:
+            for problem in problems:
+                check_gemm(algorithm, problem, mesh, params)
+        except InfeasibleError:
+            continue
+        feasible.append(params)
+    return feasible
