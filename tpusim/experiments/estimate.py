@@ -61,7 +61,8 @@ def _seconds(seconds: float) -> str:
 
 
 def request_cost(request: Request, context: Context | None = None) -> Cost | None:
-    """The cost of running ``request``; None where the run will refuse it."""
+    """The cost of running ``request``; None where the run will refuse it (its refusal, memory among them, is then
+    the command's one line)."""
     try:
         if isinstance(request, CollectiveRequest):
             return _collective(request, context)
@@ -98,9 +99,14 @@ def _probe_network(profile: HardwareProfile, mapping: MeshMapping, context: Cont
 def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
     from tpusim.experiments.runners import _placed
 
-    _, mapping = _placed(request, context)
+    from tpusim.experiments.footprint import check_collective_memory
+
+    profile, mapping = _placed(request, context)
     axis = mapping.axes[request.axis]
     op, group = CollectiveOp(request.op), axis.size
+    # a collective the run will refuse for its memory is refused in one line, with no estimate before it
+    check_collective_memory(op, mapping.num_chips, group, request.chunks, profile.most_chunks,
+                            closed=all(g.closed for g in axis.groups[:1]), ring=Ring(request.ring))
     chunks = request.chunks or 1
     transfers = collective_transfers(op, mapping.num_chips, group, chunks,
                                      closed=all(g.closed for g in axis.groups[:1]), ring=Ring(request.ring))
@@ -120,7 +126,10 @@ def _gemm(request: GemmRequest, context: Context | None) -> Cost:
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
 
+    from tpusim.experiments.footprint import check_gemm_memory
+
     profile, mapping = _placed(request, context)
+    check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
     algorithm = get_algorithm(request.algorithm)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
@@ -142,7 +151,7 @@ def _step(request: StepRequest, context: Context | None, *, search: bool = True)
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
     from tpusim.model.estimate import step_estimate
-    from tpusim.tuning.slices import slice_search_estimate
+    from tpusim.tuning.slices import likely_slices, slice_search_estimate
 
     setup = step_setup(request, context)
     spec, profile, mapping = setup.spec, setup.profile, setup.mapping
@@ -150,9 +159,10 @@ def _step(request: StepRequest, context: Context | None, *, search: bool = True)
     searched = Estimate(0)
     if setup.slices is None and setup.sliced:
         replica = network if mapping.data == 1 else _probe_network(profile, mapping.tensor_mapping, context)
-        searched, chosen = slice_search_estimate(spec, replica, mapping.data)
-        spec = replace(spec, slices=chosen)
-    estimate = (searched if search else Estimate(0)) + step_estimate(spec, network)
+        if search:
+            searched = slice_search_estimate(spec, replica, mapping.data)
+        spec = replace(spec, slices=likely_slices(spec, replica, mapping.data))
+    estimate = searched + step_estimate(spec, network)
     cheaper = None
     if spec.fidelity is Fidelity.FULL and not (request.slow_chips or request.slow_links):
         params = GemmParams(spec.prefetch, variant=spec.variant)
@@ -170,14 +180,14 @@ _SEARCHED = ("kind", "algorithm", "zero_stage", "dataflows", "transposes", "slic
 
 def _tune(request: TuneRequest, context: Context | None) -> Cost | None:
     """A rough bound: the meshes timed as whole steps (every 2D mesh of the chips when exhaustive, else the
-    ``refine_meshes`` refined) times one step's cost on the squarest mesh, slice counts chosen by the closed forms,
-    for each algorithm searched. The closed-form ranking and the GeMM pricing before it are not counted."""
+    ``refine_meshes`` refined) times one step's cost on the squarest mesh the step accepts, slice counts chosen by
+    the closed forms, for each algorithm searched. The closed-form ranking and the GeMM pricing before it are not
+    counted."""
     from tpusim.config.requests import EVERY_ALGORITHM, StepRequest, parse_request
     from tpusim.gemm.registry import algorithms as registered
     from tpusim.tuning.space import factorisations
 
     meshes = factorisations(request.chips)
-    rows, cols = min(meshes, key=lambda shape: abs(shape[0] - shape[1]))
     timed = len(meshes) if request.exhaustive else min(request.refine_meshes, len(meshes))
     algorithms = list(registered()) if request.algorithm == EVERY_ALGORITHM else [request.algorithm]
     # the settings a step shares with the tuning request, where they mean the same (set, not searched, there)
@@ -185,13 +195,15 @@ def _tune(request: TuneRequest, context: Context | None) -> Cost | None:
               if name in TuneRequest.model_fields and name not in _SEARCHED and getattr(request, name) is not None}
     total = Estimate(0)
     for algorithm in algorithms:
-        step = parse_request(StepRequest, {**shared, "algorithm": algorithm, "mesh": f"{rows}x{cols}"})
-        assert isinstance(step, StepRequest)
-        try:
-            one = _step(step, context, search=False)
-        except UserError:  # an algorithm the mesh refuses: the tuner skips it too
-            continue
-        total = total + one.estimate.times(timed)
+        for rows, cols in sorted(meshes, key=lambda shape: abs(shape[0] - shape[1])):
+            step = parse_request(StepRequest, {**shared, "algorithm": algorithm, "mesh": f"{rows}x{cols}"})
+            assert isinstance(step, StepRequest)
+            try:
+                one = _step(step, context, search=False)
+            except UserError:  # a mesh the step refuses (heads, memory): the tuner skips it too
+                continue
+            total = total + one.estimate.times(timed)
+            break
     return Cost(total, f"tuning {request.model if isinstance(request.model, str) else request.model.name} on "
-                       f"{request.chips} chips (a rough bound: {timed} whole step(s) of each of "
+                       f"{request.chips} chips (a rough upper bound: {timed} whole step(s) of each of "
                        f"{len(algorithms)} algorithm(s))")

@@ -16,7 +16,6 @@ from tpusim.collectives.network import Network
 from tpusim.collectives.physical.probe import probe_network
 from tpusim.engine.cache import cache_key
 from tpusim.engine.footprint import Estimate, full_events, step_footprint
-from tpusim.errors import InfeasibleError
 from tpusim.gemm.estimate import second_representative
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.model.plan import StepSpec, plan_step
@@ -29,7 +28,7 @@ __all__ = ["step_estimate"]
 
 def step_estimate(spec: StepSpec, network: Network) -> Estimate:
     """The cost of simulating ``spec`` on ``network``'s hardware and mapping (``simulate_step``), on its context; a
-    step the run would refuse costs nothing here. A ``probe_network`` shared by a request's estimates runs each
+    step the run would refuse raises the run's error. A ``probe_network`` shared by a request's estimates runs each
     distinct collective once."""
     if spec.recompute is Recompute.AUTO:
         raise ValueError("resolve recompute auto (model.memory.plan_memory) before estimating a step")
@@ -38,10 +37,7 @@ def step_estimate(spec: StepSpec, network: Network) -> Estimate:
     if network.context.timings.get(cache_key("step", spec, network.hardware, network.mapping.describe(), None,
                                              None)) is not None:
         return Estimate(0)
-    try:
-        return _probed(spec, probe_network(network))
-    except InfeasibleError:
-        return Estimate(0)
+    return _probed(spec, probe_network(network))
 
 
 def _probed(spec: StepSpec, network: Network) -> Estimate:

@@ -16,6 +16,7 @@ from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.engine.footprint import Estimate
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.estimate import gemm_estimate
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
@@ -60,27 +61,45 @@ def best_slices(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
     return tuple(chosen)
 
 
-def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> tuple[Estimate, tuple[int, ...]]:
-    """What ``best_slices`` will cost on a layout of ``data`` replicas (every feasible count of every FF layer,
-    three GeMMs each, at the spec's fidelity, on ``network``: one replica's, ``gemm.estimate``), and the counts it
-    will most likely choose: each layer's fastest by the closed forms (the smallest feasible count where a form is
-    missing), for estimating the step that follows."""
-    algorithm = get_algorithm(spec.algorithm)
-    replica = replace(spec, batch=spec.batch // (data * spec.dcn_slices))
-    hardware, mapping = network.hardware, network.mapping
-    mesh = mapping.shape
+def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> Estimate:
+    """What ``best_slices`` will cost on a layout of ``data`` replicas: every feasible count of every FF layer,
+    three GeMMs each, at the spec's fidelity, on ``network`` (one replica's; ``gemm.estimate``)."""
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
-    cost, chosen = Estimate(0), []
-    for layer in block_layers(replica, mesh):
-        problems = [layer.gemm(which, spec.dtype) for which in Pass]
-        base = GemmParams(spec.prefetch, variant=spec.variant)
-        priced: list[tuple[float, int]] = []
-        for params in feasible_params(algorithm, problems, mesh, base, list(slice_counts(algorithm, problems, mesh,
-                                                                                          base))):
+    algorithm = get_algorithm(spec.algorithm)
+    cost = Estimate(0)
+    for problems, options in _options(spec, network, data):
+        for params in options:
             for problem in problems:
                 cost = cost + gemm_estimate(algorithm, problem, params, network, fidelity)
-            twins = [analytic_gemm(algorithm, p, params, hardware, mapping, network=network) for p in problems]
+    return cost
+
+
+def likely_slices(spec: StepSpec, network: Network, data: int) -> tuple[int, ...]:
+    """The counts ``best_slices`` will most likely choose, for estimating the step that follows: each FF layer's
+    fastest by the closed forms (its smallest feasible count where a form is missing; 1 where none is)."""
+    algorithm = get_algorithm(spec.algorithm)
+    chosen = []
+    for problems, options in _options(spec, network, data):
+        priced: list[tuple[float, int]] = []
+        for params in options:
+            twins = [analytic_gemm(algorithm, p, params, network.hardware, network.mapping, network=network)
+                     for p in problems]
             assert params.slices is not None
             priced.append((math.inf if None in twins else sum(t for t in twins if t is not None), params.slices))
         chosen.append(min(priced)[1] if priced else 1)
-    return cost, tuple(chosen)
+    return tuple(chosen)
+
+
+def _options(spec: StepSpec, network: Network, data: int) -> list[tuple[list[GemmProblem], list[GemmParams]]]:
+    """Per FF layer of one of ``data`` replicas on ``network``: its three GeMMs and the feasible slice counts'
+    parameters ``best_slices`` times them with."""
+    algorithm = get_algorithm(spec.algorithm)
+    replica = replace(spec, batch=spec.batch // (data * spec.dcn_slices))
+    mesh = network.mapping.shape
+    base = GemmParams(spec.prefetch, variant=spec.variant)
+    layers = []
+    for layer in block_layers(replica, mesh):
+        problems = [layer.gemm(which, spec.dtype) for which in Pass]
+        layers.append((problems, feasible_params(algorithm, problems, mesh, base,
+                                                 list(slice_counts(algorithm, problems, mesh, base)))))
+    return layers
