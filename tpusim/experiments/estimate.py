@@ -97,9 +97,8 @@ def _probe_network(profile: HardwareProfile, mapping: MeshMapping, context: Cont
 
 
 def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
-    from tpusim.experiments.runners import _placed
-
     from tpusim.experiments.footprint import check_collective_memory
+    from tpusim.experiments.runners import _placed
 
     profile, mapping = _placed(request, context)
     axis = mapping.axes[request.axis]
@@ -119,14 +118,13 @@ def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
 
 
 def _gemm(request: GemmRequest, context: Context | None) -> Cost:
+    from tpusim.experiments.footprint import check_gemm_memory
     from tpusim.experiments.runners import _placed, _prefetch
     from tpusim.gemm.dataflow import GemmProblem
     from tpusim.gemm.estimate import gemm_estimate
     from tpusim.gemm.fidelity import symmetric_obstacle
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
-
-    from tpusim.experiments.footprint import check_gemm_memory
 
     profile, mapping = _placed(request, context)
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
