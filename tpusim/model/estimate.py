@@ -15,12 +15,13 @@ from dataclasses import replace
 from tpusim.collectives.network import Network
 from tpusim.collectives.physical.probe import probe_network
 from tpusim.engine.cache import cache_key
-from tpusim.engine.footprint import Estimate, full_events, step_footprint
+from tpusim.engine.footprint import Estimate, check_events_memory, full_events, step_footprint
 from tpusim.gemm.estimate import second_representative
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.model.plan import StepSpec, plan_step
 from tpusim.model.program import HostSchedule, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
+from tpusim.model.step import every_layer_refusal
 from tpusim.vocabulary import Fidelity, Recompute
 
 __all__ = ["step_estimate"]
@@ -60,19 +61,26 @@ def _probed(spec: StepSpec, network: Network) -> Estimate:
                       window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget), host=host, dcn_slices=slices)
         return run.events + run.link_events[0], run.link_events
 
-    total_cost = Estimate(0)
-    if fidelity is Fidelity.SYMMETRIC:
-        reps = list(representative_chips(algorithm, plan.params, network))
-        for n in sizes:
-            events, links = probe(n, reps)
-            total_cost = total_cost + Estimate(events, links[0])
-        return total_cost
     kept = replica_representatives(mapping, None, None) if slices == 1 else None
     chips = len(kept) if kept is not None else mapping.num_chips
     alike = obstacle is None
+
+    def window(layers: int) -> Estimate:
+        if fidelity is Fidelity.SYMMETRIC:
+            events, links = probe(layers, list(representative_chips(algorithm, plan.params, network)))
+            return Estimate(events, links[0])
+        one, links = probe(layers, [(0, 0)])
+        two = probe(layers, [(0, 0), second_representative(mesh)])[0] if alike and chips > 1 else one
+        return full_events(one, two, links, chips, alike=alike, floor_bytes=step_footprint(mapping, True)[0])
+
+    if sizes == [total] and total > spec.window + 1:
+        # every layer in one run: two windows, extrapolated as the run's own memory check does (``model.step``)
+        short, longer = window(spec.window), window(spec.window + 1)
+        events = short.events + (total - spec.window) * (longer.events - short.events)
+        check_events_memory(events, *every_layer_refusal(spec, total))
+        return Estimate(events, short.link_events + (total - spec.window) * (longer.link_events - short.link_events),
+                        floor_bytes=short.floor_bytes)
+    total_cost = Estimate(0)
     for n in sizes:
-        one, links = probe(n, [(0, 0)])
-        two = probe(n, [(0, 0), second_representative(mesh)])[0] if alike and chips > 1 else one
-        total_cost = total_cost + full_events(one, two, links, chips, alike=alike,
-                                              floor_bytes=step_footprint(mapping, True)[0])
+        total_cost = total_cost + window(n)
     return total_cost

@@ -41,7 +41,7 @@ from tpusim.model.step_trace import trace_step
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
-__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
+__all__ = ["OpTiming", "StepResult", "StepSpec", "every_layer_refusal", "simulate_step"]
 
 _Value = TypeVar("_Value", float, np.ndarray)  # a number of the step, or one per directed link
 
@@ -297,8 +297,14 @@ def _check_every_layer_memory(spec: StepSpec, run: Callable[[int, bool], OpsRun]
     holds a record per event until its account is drawn up (``engine.footprint``)."""
     sizes = [spec.window, spec.window + 1]
     events = int(_extrapolate([float(run(n, False).events) for n in sizes], sizes, layers))
-    check_events_memory(events, f"simulating every one of the {layers} layers of {spec.model.name}",
-                        "simulate a window of layers and extrapolate (drop --all-layers), or use fewer layers")
+    check_events_memory(events, *every_layer_refusal(spec, layers))
+
+
+def every_layer_refusal(spec: StepSpec, layers: int) -> tuple[str, str]:
+    """(what, what to do instead) of the refusal of a step of ``layers`` layers, every one simulated, that this
+    process cannot hold."""
+    return (f"simulating every one of the {layers} layers of {spec.model.name}",
+            "simulate a window of layers and extrapolate (drop --all-layers), or use fewer layers")
 
 
 def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], sizes: list[int], layers: int) -> None:
