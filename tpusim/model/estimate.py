@@ -21,7 +21,7 @@ from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetr
 from tpusim.model.plan import StepSpec, plan_step
 from tpusim.model.program import HostSchedule, PrefetchWindow, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
-from tpusim.model.step import every_layer_refusal
+from tpusim.model.step import dcn_sharded_fidelity, every_layer_refusal
 from tpusim.vocabulary import Fidelity, Recompute
 
 __all__ = ["step_estimate"]
@@ -49,8 +49,10 @@ def _probed(spec: StepSpec, network: Network) -> Estimate:
     algorithm = next(iter(plan.gemms.values())).algorithm
     obstacle = symmetric_obstacle(algorithm, plan.params, network)
     fidelity = resolve_fidelity(spec.fidelity, obstacle)[0]
+    if fidelity is Fidelity.ANALYTIC:  # refused by the run before it simulates
+        return Estimate(0)
     if spec.dcn_sharded and fidelity is Fidelity.SYMMETRIC:
-        fidelity = Fidelity.FULL
+        fidelity = dcn_sharded_fidelity(spec.fidelity)
     total = spec.model.layers
     sizes = [spec.window, spec.window + 1] if spec.extrapolate and not spec.dcn_sharded and total > spec.window + 1 \
         else [total]
