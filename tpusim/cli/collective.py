@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import emit_json, network_text, note
+from tpusim.cli.common import announce_cost, emit_json, network_text, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import CollectiveRequest
@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(CollectiveRequest, args)
     assert isinstance(request, CollectiveRequest)
+    announce_cost(request, args.context)
     link_busy = start_link_map(args.link_map)
     result = run_collective(request, args.context, link_busy=link_busy)
     finish_link_map(link_busy, args.link_map, result.time_s,

@@ -91,6 +91,14 @@ def print_table(rows: list[tuple[str, ...]], indent: str = "") -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+def announce_cost(request: Any, context: Any) -> None:
+    """Say on stderr what ``request`` will cost when that is above the threshold (docs/limits.md#cost-estimate);
+    stdout and the run are untouched."""
+    from tpusim.experiments.estimate import long_run_line, request_cost
+
+    line = long_run_line(request_cost(request, context))
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 def note(message: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
+from tpusim.cli.common import add_trace_arguments, announce_cost, emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import GemmRequest
@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(GemmRequest, args)
     assert isinstance(request, GemmRequest)
+    announce_cost(request, args.context)
     tracer = start_trace(args.trace, args.trace_chips)
     link_busy = start_link_map(args.link_map, request.fidelity)
     result = run_gemm(request, args.context, tracer, link_busy)

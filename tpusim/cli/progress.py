@@ -23,6 +23,7 @@ class Bar:
     def __init__(self, unit: str, *, stream: TextIO | None = None, delay_s: float = 0.0,
                  quiet: bool = False) -> None:
         target = stream if stream is not None else sys.stderr
+        self._stream = target
         isatty = getattr(target, "isatty", None)
         self._bar: Any = None
         self._final: tuple[int, int | None] = (0, None)
@@ -66,6 +67,14 @@ class Bar:
             self._bar.total = total
             self.describe(label)
         self.update(done, total)
+
+    def say(self, line: str) -> None:
+        """A line for the human on the bar's stream (above the bar, where one is drawn), whether or not a bar is
+        drawn: an estimate before the work starts."""
+        if self._bar is not None:
+            self._bar.write(line, file=self._stream)
+        else:
+            print(line, file=self._stream, flush=True)
 
     def _redraw(self) -> None:
         """Draw the bar now, unless it is still within its delay."""

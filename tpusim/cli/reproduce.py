@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--lead-ranges", action="store_true",
                    help="headline and pod: run every point under each sensitivity setting too (about 17 times "
                         "the points on tpuv4), so that each lead has its range over them")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the finished points of an interrupted run in OUT/X/ and run the rest")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
     v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     with Bar("point") as bar:
         outputs = reproduce(args.family, args.out, quick=args.quick, hardware=args.hardware, jobs=args.jobs,
                             cache=args.context.cache_folder, redraw=args.redraw, lead_ranges=args.lead_ranges,
-                            progress=bar.phase if bar.drawn else None)
+                            progress=bar.phase if bar.drawn else None, resume=args.resume, estimate=bar.say)
     if args.json:
         emit_json({"families": [{"name": o.name, "csv": str(o.csv), "png": str(o.png), "rows": o.rows}
                                 for o in outputs]})

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--connect-timeout", type=positive_number_arg("--connect-timeout"),
                    help="seconds to wait for the Dask --scheduler to answer, and for it to have a worker (default: 10)")
     p.add_argument("--yes", action="store_true", help="run sweeps larger than the file's max_points")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no estimate line")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
     s = sub.add_parser("schema", help="print the JSON Schema of experiment files")
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         summary = run_experiment(args.experiment, args.out, jobs=args.jobs, executor=args.executor,
                                  scheduler=args.scheduler, resume=args.resume, timeout=args.timeout, force=args.force,
                                  yes=args.yes, progress=bar.update, cache=args.context.cache_folder,
+                                 estimate=None if args.quiet else bar.say,
                                  **({} if args.connect_timeout is None else {"connect_timeout": args.connect_timeout}))
     # a point that met a bug, or one that could not be simulated: the others ran, and the run still fails
     failed = 1 if summary.internal_errors else POINT_ERRORS_EXIT if summary.errors else 0

@@ -6,6 +6,7 @@ import argparse
 
 from tpusim.cli.common import (
     add_trace_arguments,
+    announce_cost,
     emit_json,
     network_text,
     note,
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(StepRequest, args)
     assert isinstance(request, StepRequest)
+    announce_cost(request, args.context)
     tracer = start_trace(args.trace, args.trace_chips)
     link_busy = start_link_map(args.link_map, request.fidelity)
     # a bar on a terminal's standard error for a step that takes a while (slice counts chosen, then the step)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note, per_layer_text, print_table
+from tpusim.cli.common import (
+    add_trace_arguments,
+    announce_cost,
+    count_arg,
+    emit_json,
+    note,
+    per_layer_text,
+    print_table,
+)
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
@@ -32,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(TuneRequest, args)
     assert isinstance(request, TuneRequest)
+    announce_cost(request, args.context)
     tracer = start_trace(args.trace_best, args.trace_chips, "--trace-best")
     # where a long search is: a bar on a terminal's standard error, its stages counted (stdout keeps the result)
     with Bar("stage") as bar:

@@ -31,6 +31,7 @@ import simpy
 from tpusim.collectives.batch import Program
 from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray
+from tpusim.engine.simulation import CountingEnvironment
 from tpusim.errors import NonFiniteError
 
 RankDone = Callable[[int, float], None]
@@ -115,6 +116,8 @@ def execute_program(
         if not math.isfinite(now):  # NaN would never equal itself below, and the loop would spin forever
             raise NonFiniteError(f"a simulated transfer's time came out {now}")
         if now > env.now:
+            if isinstance(env, CountingEnvironment):
+                env.link_wakeups += 1
             yield env.timeout(now - env.now)
         while heap and heap[0][0] == now:
             _, _, idx, hop = heapq.heappop(heap)

@@ -18,25 +18,38 @@ hardware``: 48 MB). Above it:
 A step's data-parallel collectives run on every data-axis group at once (one per chip of a replica, whichever
 fidelity), so a step is charged the transfers of its data axis's gradient reduce-scatter and weight all-gather
 (an all-reduce under ZeRO 0 moves as many), both held at once.
+
+**Wall time** is a property of the simulator on a reference machine, not of what it simulates. On this project's
+2-core x86_64 machine (Python 3.11.7, shared with other work: load average about 6), full-fidelity ``tpuv4`` GeMMs
+(SUMMA, MeshSlice, Cannon and the collective algorithm on 16x16 and 32x8 meshes) processed the events each chip
+brings at about ``CHIP_EVENTS_PER_S`` a second and the link programs' wake-ups, each a numpy batch over every group
+of a collective, at about ``LINK_EVENTS_PER_S``; a collective's transfers move at ``TRANSFERS_PER_S``
+(``collective_transfers_per_s`` of benchmarks/README.md). docs/limits.md#cost-estimate lists the runs and how far
+the estimate is from each.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tpusim.limits import check_memory
 from tpusim.topology import MeshMapping
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.vocabulary import CollectiveOp, Ring
 
-__all__ = ["BASE_BYTES", "BYTES_PER_EVENT", "BYTES_PER_TRANSFER", "CHIP_POWER", "FULL_BYTES_PER_CHIP_POWER",
-           "ROOTED_OPS", "check_events_memory", "collective_transfers", "full_fidelity_bytes", "step_footprint"]
+__all__ = ["BASE_BYTES", "BYTES_PER_EVENT", "BYTES_PER_TRANSFER", "CHIP_EVENTS_PER_S", "CHIP_POWER",
+           "FULL_BYTES_PER_CHIP_POWER", "LINK_EVENTS_PER_S", "ROOTED_OPS", "TRANSFERS_PER_S", "Estimate",
+           "check_events_memory", "collective_transfers", "full_events", "full_fidelity_bytes", "step_footprint"]
 
 BASE_BYTES = 48e6
 FULL_BYTES_PER_CHIP_POWER = 7.5e3
 CHIP_POWER = 1.5
 BYTES_PER_TRANSFER = 215.0
 BYTES_PER_EVENT = 100.0
+CHIP_EVENTS_PER_S = 2.4e4
+LINK_EVENTS_PER_S = 7e3
+TRANSFERS_PER_S = 1.46e6
 _RING_OPS = frozenset({CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_TO_ALL})
 ROOTED_OPS = frozenset({CollectiveOp.BROADCAST, CollectiveOp.REDUCE})
 """Collectives that relay one message down the group (and may choose their own chunking)."""
@@ -85,3 +98,56 @@ def step_footprint(mapping: MeshMapping, full: bool) -> tuple[float, str]:
 def check_events_memory(events: int, what: str, instead: str) -> None:
     """Refuse a run expected to process ``events`` events that this process cannot hold."""
     check_memory(int(BASE_BYTES + BYTES_PER_EVENT * events), f"{what} ({events} events)", instead)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a run will cost before it starts: the events it will process (``link_events`` of them brought by link
+    programs) and the link transfers counted apart (a collective's), with the wall time and peak memory they take
+    on the reference machine (module docstring)."""
+
+    events: int
+    link_events: int = 0
+    transfers: int = 0
+    floor_bytes: float = BASE_BYTES
+    """The peak memory the run needs whatever its events (``step_footprint``, ``full_fidelity_bytes``)."""
+    runs_bytes: float = 0.0
+    """Of several runs one after the other, the peak of the largest: each run's records go once it is accounted."""
+
+    @property
+    def wall_s(self) -> float:
+        return ((self.events - self.link_events) / CHIP_EVENTS_PER_S + self.link_events / LINK_EVENTS_PER_S
+                + self.transfers / TRANSFERS_PER_S)
+
+    @property
+    def peak_bytes(self) -> float:
+        if self.runs_bytes:
+            return self.runs_bytes
+        return max(self.floor_bytes, BASE_BYTES + BYTES_PER_EVENT * self.events + BYTES_PER_TRANSFER * self.transfers)
+
+    def __add__(self, other: Estimate) -> Estimate:
+        """Two runs one after the other: their counts add, their memory is the larger peak."""
+        return Estimate(self.events + other.events, self.link_events + other.link_events,
+                        self.transfers + other.transfers, runs_bytes=max(self.peak_bytes, other.peak_bytes))
+
+    def times(self, count: int) -> Estimate:
+        """``count`` runs of this one, one after the other."""
+        return Estimate(self.events * count, self.link_events * count, self.transfers * count,
+                        runs_bytes=self.peak_bytes)
+
+
+def full_events(one: int, two: int, links: tuple[int, int], chips: int, *, alike: bool,
+                floor_bytes: float = BASE_BYTES) -> Estimate:
+    """The events of a full-fidelity run of ``chips`` chips, from probes that ran one representative chip
+    (``one`` events, ``links`` = (those of them brought by link programs, ``CountingEnvironment.link_events``;
+    the link events had each group started its collectives apart, ``link_events_apart``)) and two (``two``).
+
+    ``alike``: every chip runs an identically timed schedule and every group of an axis starts each collective at
+    the same instant (where symmetric fidelity is exact). Each chip then adds what the second representative
+    added, and the link programs, merged over the groups that start together, bring as many events as in the
+    probe: the count is exact. Otherwise chips drift apart and the second probe says nothing about the full run;
+    each chip is charged the probe's events other than the link programs', which are counted group by group."""
+    merged, apart = links
+    if alike:
+        return Estimate(one + (two - one) * (chips - 1), merged, floor_bytes=floor_bytes)
+    return Estimate(apart + (one - merged) * chips, apart, floor_bytes=floor_bytes)

@@ -45,12 +45,28 @@ RankDone = Callable[[int, float], None]
 """Called once per rank of a group collective with the simulated time its data is complete."""
 
 
+LAUNCH_EVENTS = 6
+"""Events one link program brings besides its wake-ups: the launch at its instant, the two processes that run it
+(started and ended) and the launch overhead's timeout."""
+
+
 class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes."""
+    """A SimPy environment that counts the events it processes, and among them the wake-ups of link programs
+    (``collectives.executor``: one per distinct instant of a program, shared by every group it runs), which the
+    cost estimates tell apart from the events each chip brings (``engine.footprint``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.events_processed = 0
+        self.link_wakeups = 0
+        self.link_launches = 0  # link programs started: each is a handful of events of its own (``LAUNCH_EVENTS``)
+        # a cost probe's link events had every group of an axis started its collectives at its own instant
+        self.link_events_apart = 0
+
+    @property
+    def link_events(self) -> int:
+        """The events the link programs brought: their wake-ups and launches."""
+        return self.link_wakeups + LAUNCH_EVENTS * self.link_launches
 
     def step(self) -> None:
         self.events_processed += 1

@@ -64,14 +64,19 @@ def _stored_run(folder: Path, family: str, hardware: str | None) -> tuple[list[d
 
 def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str | None = None,
               jobs: int = 1, cache: Path | str | None = None, redraw: bool = False, lead_ranges: bool = False,
-              progress: Callable[[str, int, int], None] | None = None) -> list[FamilyOutput]:
+              progress: Callable[[str, int, int], None] | None = None, resume: bool = False,
+              estimate: Callable[[str], None] | None = None) -> list[FamilyOutput]:
     """Run family ``name`` (or ``all``) into ``out``; with ``redraw``, only draw its table and figure again from
     the results an earlier run stored there. ``lead_ranges``: every family with leads runs under each
     sensitivity setting too (about 17 times the points on a physical profile). ``progress`` hears (family, points
-    done, points in all) as each point of a family finishes."""
+    done, points in all) as each point of a family finishes. ``resume`` keeps the finished points of an
+    interrupted run in each family's folder and runs the rest (``run_experiment``'s journal); ``estimate`` hears
+    each family's estimate line before its points start."""
     if isinstance(out, str) and not out.strip():  # Path("") is the current folder: never meant
         raise UserError("out '' is empty; give the folder the results go to (it is created if missing)")
     names = family_names() if name == "all" else [get_family(name).name]
+    if resume and redraw:
+        raise UserError("--resume runs the points an earlier run left and --redraw runs none; give one of them")
     if lead_ranges and redraw:
         raise UserError("--lead-ranges runs points and --redraw runs none; a redraw shows the ranges of whatever "
                         "the stored run holds")
@@ -90,7 +95,9 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
             entries, profile = _stored_run(folder, family_name, hardware)
         else:
             entries, profile = _run(family_name, folder, quick=quick, hardware=hardware, jobs=jobs, cache=cache,
-                                    progress=progress, settings=lead_ranges and family.leads)
+                                    progress=progress, settings=lead_ranges and family.leads, resume=resume,
+                                    estimate=None if estimate is None else partial(_family_line, estimate,
+                                                                                   family_name))
         rows = family.table(entries)
         csv_path = folder / f"{family_name}.csv"
         png_path = folder / f"{family_name}.png"
@@ -110,8 +117,8 @@ SETTINGS_FAMILY = "sensitivity"
 
 
 def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: int, cache: Path | str | None,
-         progress: Callable[[str, int, int], None] | None = None,
-         settings: bool = False) -> tuple[list[dict[str, Any]], str]:
+         progress: Callable[[str, int, int], None] | None = None, settings: bool = False, resume: bool = False,
+         estimate: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], str]:
     """Run ``family``'s packaged experiment into ``folder`` (with ``settings``, under each sensitivity setting
     too): its finished points and the profile they ran on."""
     experiment = load_experiment(family)
@@ -129,10 +136,16 @@ def _run(family: str, folder: Path, *, quick: bool, hardware: str | None, jobs: 
         experiment = crossed(experiment, "scale", sweep.grid["scale"], scaled, family)
     try:
         points = None if progress is None else partial(progress, family)
-        run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache, progress=points)
-    except RunInterrupted as stop:  # reproduce has no --resume: say what does go on
-        raise RunInterrupted(stop.what, stop.signum, "run the same command again to run the family anew") from None
+        run_experiment(experiment, folder, jobs=jobs, yes=True, cache=cache, progress=points, resume=resume,
+                       estimate=estimate)
+    except RunInterrupted as stop:
+        raise RunInterrupted(stop.what, stop.signum, "run the same command with --resume to finish the rest") from None
     return _stored_run(folder, family, None)  # the run just stored: all of its points, on its profile
+
+
+def _family_line(say: Callable[[str], None], family: str, line: str) -> None:
+    """``line`` (a sweep's estimate) said of family ``family``."""
+    say(f"{family}: {line}")
 
 
 def _profile_name(hardware: Any) -> str:

@@ -108,10 +108,12 @@ def run_experiment(
     cache: Path | str | None = None,
     force: bool = False,
     connect_timeout: float = DASK_CONNECT_TIMEOUT_S,
+    estimate: Callable[[str], None] | None = None,
 ) -> RunSummary:
     """Run every point of ``experiment`` into folder ``out``; the summary's ``rows`` (and ``to_frame()``) are
     those of the results.csv written there. ``timeout`` bounds each point's seconds; ``connect_timeout`` the
-    connection to a Dask ``scheduler`` and how long the run waits while it has no worker."""
+    connection to a Dask ``scheduler`` and how long the run waits while it has no worker. ``estimate`` hears the
+    estimate line of the points still to run, before the first starts (docs/limits.md#cost-estimate)."""
     check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
                         scheduler=scheduler, force=force, timeout=timeout, connect_timeout=connect_timeout)
     _fault_after()  # a malformed fault variable is refused before anything is written
@@ -143,7 +145,7 @@ def run_experiment(
         try:
             return _run_points(experiment, points, out_dir, notes, executor=executor, jobs=jobs,
                                scheduler=scheduler, connect_timeout=connect_timeout, resume=resume, timeout=timeout,
-                               progress=progress, cache=cache, force=force)
+                               progress=progress, cache=cache, force=force, estimate=estimate)
         except Interrupted as interrupt:  # before any point ran: the folder is as it was
             raise RunInterrupted(f"interrupted by {signal.Signals(interrupt.signum).name} before any point ran",
                                  interrupt.signum, "run the same command again") from None
@@ -152,7 +154,7 @@ def run_experiment(
 def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes: list[str], *, executor: str,
                 jobs: int, scheduler: str | None, connect_timeout: float, resume: bool, timeout: float | None,
                 progress: Callable[[int, int], None] | None, cache: Path | str | None,
-                force: bool) -> RunSummary:
+                force: bool, estimate: Callable[[str], None] | None = None) -> RunSummary:
     """The run itself, in the locked folder ``out_dir``."""
     varying = _varying_keys(experiment)
     settings = [p.model_dump(by_alias=True) for p in points]
@@ -168,6 +170,8 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
     # before it finished, by --timeout or a lost worker, runs again)
     todo = [(i, settings[i]) for i in range(len(points)) if i not in files.finished]
     skipped = len(points) - len(todo)
+    if estimate is not None:
+        estimate(_sweep_line(points, [i for i, _ in todo], skipped, cache))
     files.start({"started": time.time()})
     start = time.monotonic()
     folder = None if cache is None else str(cache)
@@ -214,6 +218,22 @@ def _run_points(experiment: Experiment, points: list[Any], out_dir: Path, notes:
         raise RunTimeout(f"{len(stopped)} of {len(points)} points stopped before finishing ({stopped[0]}); their rows "
                          f"in {str(out_dir)!r} say so{others}", f"rerun with --resume{larger} to run them again")
     return summary
+
+
+def _sweep_line(points: list[Any], todo: list[int], skipped: int, cache: Path | str | None) -> str:
+    """The estimate line of the points ``todo`` (those ``skipped`` finished earlier): one worker's wall time,
+    summed over them, and the memory of the largest (docs/limits.md#cost-estimate)."""
+    from tpusim.config.requests import TuneRequest
+    from tpusim.engine.context import Context
+    from tpusim.experiments.estimate import estimate_line, sweep_cost
+
+    tuned = sum(isinstance(points[i], TuneRequest) for i in todo)
+    what = f"{len(todo)} point{'s' if len(todo) != 1 else ''} to run"
+    if skipped:
+        what += f" ({skipped} finished earlier)"
+    if tuned:
+        what += f", {tuned} of them tuning (a rough bound)"
+    return estimate_line(sweep_cost([points[i] for i in todo], what, Context.with_cache(cache)))
 
 
 FAULT_FILE_ENV = "TPUSIM_FAULT_KILL_FILE"

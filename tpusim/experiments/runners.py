@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 # The GeMM, model and tuning layers are imported by the runners that use them, so that a collective (the
 # command line's smallest request) starts without them.
 
-__all__ = ["EVERY_ALGORITHM", "RUNNERS", "hardware_of", "model_of", "run_collective", "run_gemm", "run_plan",
-           "run_request", "run_step", "run_tune"]
+__all__ = ["EVERY_ALGORITHM", "RUNNERS", "StepSetup", "hardware_of", "model_of", "run_collective", "run_gemm",
+           "run_plan", "run_request", "run_step", "run_tune", "step_setup"]
 
 
 def hardware_of(hardware: str | HardwareProfile, scale: Scale | None = None,
@@ -193,11 +193,47 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     """One training step (its per-link busy seconds over the whole step into ``link_busy``; a run of its simulated
     window into ``tracer``, docs/results.md#traces). ``progress`` hears (what, done, in all): each FF layer's
     slice count chosen, then the step simulated."""
+    from tpusim.model.step import micro_panels, simulate_step
+
+    setup = step_setup(request, context, link_busy, tracer)
+    spec, network, slices = setup.spec, setup.network, setup.slices
+    spec = _sliced(spec, slices, setup.sliced, network, progress)
+    if not request.ignore_memory and (request.recompute is Recompute.AUTO or request.microbatches is None):
+        # the open choices are made again with the GeMM panels of the plan they led to (model.working_set)
+        refit = setup.fit(panel_bytes=micro_panels(spec, network))
+        if (refit.recompute, refit.microbatches) != (spec.recompute, spec.microbatches):
+            spec = replace(spec, recompute=refit.recompute, microbatches=refit.microbatches, slices=slices)
+            spec = _sliced(spec, slices, setup.sliced, network, progress)
+    if progress is not None:
+        progress("simulating the step", 0, 1)
+    result = simulate_step(spec, network,
+                           chip_slowdown=parse_slow_chips(request.slow_chips, network.mapping.num_chips) or None,
+                           link_busy=link_busy, tracer=tracer)
+    if progress is not None:
+        progress("simulating the step", 1, 1)
+    return result
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """A step request resolved up to its slice counts: the spec (slices as asked), where it runs, the slices asked
+    per layer, whether the algorithm slices (so that unasked counts are searched), and the memory plan to redo."""
+
+    spec: StepSpec
+    network: Network  # the request's model: its profile over its placed mesh, with its slow links
+    slices: tuple[int, ...] | None
+    sliced: bool
+    fit: Callable[..., Any]
+
+
+def step_setup(request: StepRequest, context: Context | None = None, link_busy: LinkBusy | None = None,
+               tracer: Tracer | None = None) -> StepSetup:
+    """Everything ``run_step`` resolves before it simulates anything, with the refusals it makes on the way."""
     from tpusim.gemm.algorithm import SLICED
     from tpusim.gemm.registry import get_algorithm
     from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
-    from tpusim.model.step import StepSpec, micro_panels, simulate_step
+    from tpusim.model.step import StepSpec
 
     transformer = model_of(request.model, context)
     network = _placed(request, context)
@@ -237,21 +273,7 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                     prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
                     remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
                     dcn_slices=slices_over_dcn, dcn_sharded=request.dcn_sharded)
-    spec = _sliced(spec, slices, algorithm.uses_slices, network, progress)
-    if not request.ignore_memory and (request.recompute is Recompute.AUTO or request.microbatches is None):
-        # the open choices are made again with the GeMM panels of the plan they led to (model.working_set)
-        refit = fit(panel_bytes=micro_panels(spec, network))
-        if (refit.recompute, refit.microbatches) != (spec.recompute, spec.microbatches):
-            spec = replace(spec, recompute=refit.recompute, microbatches=refit.microbatches, slices=slices)
-            spec = _sliced(spec, slices, algorithm.uses_slices, network, progress)
-    if progress is not None:
-        progress("simulating the step", 0, 1)
-    result = simulate_step(spec, network,
-                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                           link_busy=link_busy, tracer=tracer)
-    if progress is not None:
-        progress("simulating the step", 1, 1)
-    return result
+    return StepSetup(spec, network, slices, algorithm.uses_slices, fit)
 
 
 def _sliced(spec: StepSpec, slices: tuple[int, ...] | None, sliced: bool, network: Network,

@@ -406,6 +406,8 @@ class OpsRun:
     link_busy: np.ndarray | None = None  # seconds per directed link, where asked for (``run_ops``)
     host: HostTime | None = None  # the critical chip's host copies, where a ``HostSchedule`` was run
     events: int = 0  # the events the run processed (what its memory grows with, ``engine.footprint``)
+    # those the link programs brought, and a cost probe's had each group run apart (``CountingEnvironment``)
+    link_events: tuple[int, int] = (0, 0)
 
 
 def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm], *,
@@ -450,4 +452,5 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
         critical = result.critical
         copies = HostTime(sim.host.busy(critical, HostDirection.TO_HOST),
                           sim.host.busy(critical, HostDirection.FROM_HOST), traffic[critical].waited)
-    return OpsRun(result, timelines.get(result.critical, []), busy, copies, sim.env.events_processed)
+    return OpsRun(result, timelines.get(result.critical, []), busy, copies, sim.env.events_processed,
+                  (sim.env.link_events, sim.env.link_events_apart))

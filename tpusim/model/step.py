@@ -36,7 +36,8 @@ from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
-__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step", "throughput"]
+__all__ = ["DCN_UNEQUAL", "OpTiming", "StepResult", "StepSpec", "dcn_sharded_fidelity", "every_layer_refusal",
+           "simulate_step", "throughput"]
 
 _Value = TypeVar("_Value", float, np.ndarray)  # a number of the step, or one per directed link
 
@@ -149,11 +150,8 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
     if spec.dcn_sharded and fidelity is Fidelity.SYMMETRIC:
         # a weight gather across slices completes chip by chip in each host's order, and the ICI collectives it
         # feeds start when their own members' parts are in: groups drift apart, so every chip runs
-        unequal = "weights gathered across slices (dcn_fsdp) complete at different times on a host's chips"
-        if spec.fidelity is Fidelity.SYMMETRIC:
-            raise InfeasibleError(f"--fidelity symmetric is not exact here: {unequal}", "use --fidelity auto or full")
-        fidelity = Fidelity.FULL
-        notes.append(f"fidelity auto chose full: {unequal}")
+        fidelity = dcn_sharded_fidelity(spec.fidelity)
+        notes.append(f"fidelity auto chose full: {DCN_UNEQUAL}")
     reps: list[tuple[int, ...]] | None = None
     if fidelity is Fidelity.SYMMETRIC:  # with DCN slices each representative stands for its host's chips
         reps = list(representative_chips(algorithm, plan.params, network))
@@ -260,6 +258,18 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
     )
 
 
+DCN_UNEQUAL = "weights gathered across slices (dcn_fsdp) complete at different times on a host's chips"
+"""Why no representative chips stand for a step whose weights are gathered across slices."""
+
+
+def dcn_sharded_fidelity(requested: Fidelity) -> Fidelity:
+    """The fidelity of a step whose weights are gathered across slices, where symmetric would otherwise run: full
+    under auto, refused when asked for."""
+    if requested is Fidelity.SYMMETRIC:
+        raise InfeasibleError(f"--fidelity symmetric is not exact here: {DCN_UNEQUAL}", "use --fidelity auto or full")
+    return Fidelity.FULL
+
+
 def _host_switches(spec: StepSpec, runs: list[HostTime | None], extrapolate: Callable[[list[float]], float]
                    ) -> dict[str, Any]:
     """What a step with offloaded activations records (docs/results.md#result-fields): the names, the critical
@@ -302,8 +312,14 @@ def _check_every_layer_memory(spec: StepSpec, run: Callable[[int, bool], OpsRun]
     holds a record per event until its account is drawn up (``engine.footprint``)."""
     sizes = [spec.window, spec.window + 1]
     events = int(_extrapolate([float(run(n, False).events) for n in sizes], sizes, layers))
-    check_events_memory(events, f"simulating every one of the {layers} layers of {spec.model.name}",
-                        "simulate a window of layers and extrapolate (drop --all-layers), or use fewer layers")
+    check_events_memory(events, *every_layer_refusal(spec, layers))
+
+
+def every_layer_refusal(spec: StepSpec, layers: int) -> tuple[str, str]:
+    """(what, what to do instead) of the refusal of a step of ``layers`` layers, every one simulated, that this
+    process cannot hold."""
+    return (f"simulating every one of the {layers} layers of {spec.model.name}",
+            "simulate a window of layers and extrapolate (drop --all-layers), or use fewer layers")
 
 
 def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], sizes: list[int], layers: int) -> None:

@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tpusim.collectives.network import Network
+from tpusim.engine.footprint import Estimate
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.estimate import gemm_estimate
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
-from tpusim.gemm.simulate import simulate_gemm
+from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
@@ -72,3 +74,47 @@ def best_slices(spec: StepSpec, network: Network,
         if progress is not None:
             progress(len(chosen), len(layers))
     return tuple(chosen)
+
+
+def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> Estimate:
+    """What ``best_slices`` will cost on a layout of ``data`` replicas: every feasible count of every FF layer,
+    three GeMMs each, at the spec's fidelity, on ``network`` (one replica's; ``gemm.estimate``)."""
+    fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
+    algorithm = get_algorithm(spec.algorithm)
+    cost = Estimate(0)
+    for problems, options in _options(spec, network, data):
+        for params in options:
+            for problem in problems:
+                cost = cost + gemm_estimate(algorithm, problem, params, network, fidelity)
+    return cost
+
+
+def likely_slices(spec: StepSpec, network: Network, data: int) -> tuple[int, ...]:
+    """The counts ``best_slices`` will most likely choose, for estimating the step that follows: each FF layer's
+    fastest by the closed forms (its smallest feasible count where a form is missing; 1 where none is)."""
+    algorithm = get_algorithm(spec.algorithm)
+    chosen = []
+    for problems, options in _options(spec, network, data):
+        priced: list[tuple[float, int]] = []
+        for params in options:
+            twins = [analytic_gemm(algorithm, p, params, network) for p in problems]
+            assert params.slices is not None
+            priced.append((math.inf if None in twins else sum(t for t in twins if t is not None), params.slices))
+        chosen.append(min(priced)[1] if priced else 1)
+    return tuple(chosen)
+
+
+def _options(spec: StepSpec, network: Network, data: int) -> list[tuple[list[GemmProblem], list[GemmParams]]]:
+    """Per FF layer of one of ``data`` replicas on ``network``: its three GeMMs and the feasible slice counts'
+    parameters ``best_slices`` times them with."""
+    algorithm = get_algorithm(spec.algorithm)
+    replica = replace(spec, batch=spec.batch // (data * spec.dcn_slices))
+    mesh = network.mapping.shape
+    base = GemmParams(spec.prefetch, variant=spec.variant)
+    layers = []
+    for layer in block_layers(replica, mesh):
+        problems = [layer.gemm(which, spec.dtype) for which in Pass]
+        counts = slice_counts(algorithm, problems, mesh, base)
+        layers.append((problems, [replace(base, slices=k) for k in counts
+                                  if runs(algorithm, problems, mesh, replace(base, slices=k))]))
+    return layers

@@ -171,6 +171,7 @@ class PhysicalNetwork(Network):
         batch = sim.starting.pop(call)
         dones = [done for _, done in batch]
         program = self.program(call, tuple(group for group, _ in batch))
+        sim.env.link_launches += 1
         sim.env.process(self._run(sim, call, program, dones))
 
     def _run(self, sim: Simulation, call: CollectiveCall, program: Program, dones: list[RankDone]
