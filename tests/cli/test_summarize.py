@@ -1,6 +1,7 @@
 """``tpusim summarize``: on real traces the figures add up (exposed + hidden = communication, the shares = the
-exposed time, the critical path = the end time) and agree with the run's own breakdown; ``step --json`` carries the same summary; bad input is one line,
-exit status 2."""
+exposed time, the critical path = the end time) and agree with the run's own breakdown; ``step --json`` carries
+the same summary; bad input is one line, exit status 2 (tests/cli/test_doc_examples.py runs the documented
+example)."""
 
 from __future__ import annotations
 
