@@ -153,7 +153,7 @@ def test_a_gemm_trace_agrees_with_the_gemm_result(capsys: pytest.CaptureFixture[
         assert summary[field] == pytest.approx(gemm[field], abs=8 * NS)
     assert summary["trace"] == {} and [r["layer"] for r in summary["layers"]] == ["other"]
     # the slices' gathers (on both axes at once) run back to back; the path ends with the last slice's GeMM
-    assert [r["op"] for r in summary["critical_path"]["runs"]] == ["all-gather", "K4/4 gemm"]
+    assert [r["op"] for r in summary["critical_path"]["runs"]] == ["all-gather", "S4/4 gemm"]
     code, out, _ = _run(capsys, ["summarize", str(trace)])
     assert code == 0 and "\nlayer " not in out  # a GeMM trace names no layers: no layer or op table
 
@@ -179,7 +179,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], mo
     (tmp_path / "empty.json").write_text('{"traceEvents": []}')
     (tmp_path / "g.json").write_text(json.dumps({"traceEvents": [
         *({"ph": "M", "name": "thread_name", "pid": chip, "tid": 1, "args": {"name": "MXU"}} for chip in range(16)),
-        *({"ph": "X", "pid": chip, "tid": 1, "name": "K1/1 gemm", "ts": 0, "dur": 1, "args": {}}
+        *({"ph": "X", "pid": chip, "tid": 1, "name": "S1/1 gemm", "ts": 0, "dur": 1, "args": {}}
           for chip in range(16))]}))
     code, out, err = _run(capsys, ["summarize", *argv])
     assert (code, out, err) == (2, "", message + "\n")
