@@ -17,7 +17,7 @@ from tpusim.config.catalog import EXPERIMENTS
 from tpusim.config.requests import CollectiveRequest, GemmRequest, Request, StepRequest, TuneRequest
 from tpusim.errors import UserError
 from tpusim.experiments.spec import expand, load_experiment
-from tpusim.units import format_time
+from tpusim.units import GB, format_time
 
 KINDS = {"step": StepRequest, "tune": TuneRequest, "gemm": GemmRequest, "collective": CollectiveRequest}
 
@@ -102,3 +102,8 @@ def test_the_quickstart_figures_quoted_are_what_it_simulates() -> None:
     assert f"{result.mfu * 100:.1f}" == quoted.group(5)
     assert flops / (256 * peak * float(seconds)) * 100 == pytest.approx(mfu, abs=0.05)
     assert result.mfu * 256 * 242 * 1024**4 * result.step_time_s == pytest.approx(flops, rel=1e-3)
+    # its memory, as the README and docs/workloads.md#memory quote it
+    assert result.recompute == "full"
+    gb = result.memory_bytes_per_chip / GB
+    assert f"needs full activation recomputation ({gb:.1f} GB of the 30.75 GiB a program may fill" in readme
+    assert f"{gb:.2f} GB with them as the Quickstart runs it" in page("docs/workloads.md")

@@ -108,3 +108,20 @@ def test_the_op_overhead_example_quotes_the_table() -> None:
     memory, total = small[2], small[3].split(" ")[0]
     assert f"the 512 x 512 x 512 product above takes {memory} us of HBM time and {total} us in all" \
         in page("docs/chip.md")
+
+
+def test_the_dcn_table_and_its_assumptions_are_every_physical_profile() -> None:
+    rows = table("docs/hardware-profiles.md", "| profile | `dcn.host_bandwidth` (one direction) |")
+    physical = sorted(name for name, p in PROFILES.items() if p.kind == "physical")
+    assert sorted(_named(row[0])[0] for row in rows) == physical
+    for cell, bandwidth, per_host, _ in rows:
+        dcn, v4 = PROFILES[_named(cell)[0]].dcn, PROFILES["tpuv4"].dcn  # type: ignore[attr-defined]
+        shown = v4.host_bandwidth if bandwidth == "as `tpuv4`" else float(bandwidth.split(" ")[0])
+        assert (dcn.host_bandwidth, dcn.chips_per_host) == (shown, int(per_host))
+    text = page("docs/hardware-profiles.md")
+    assert ("`dcn.latency` (10 us on every physical profile) and `dcn.launch_overhead` (50 us per DCN collective "
+            "on every physical profile but `tpuv4-wire`, where it is 0)") in text
+    for name in physical:
+        dcn = PROFILES[name].dcn  # type: ignore[attr-defined]
+        assert dcn.latency == pytest.approx(10 * us)
+        assert dcn.launch_overhead == pytest.approx(0.0 if name == "tpuv4-wire" else 50 * us, abs=1e-15)
