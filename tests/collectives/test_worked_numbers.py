@@ -57,3 +57,31 @@ def test_the_chosen_chunk_counts_are_those_named() -> None:
     ici = load_hardware("tpuv4").ici  # type: ignore[attr-defined]
     assert (ici.link_efficiency, ici.link_bandwidth) == (0.826, 45e9)
     assert "`tpuv4` (the same links at their achievable rate, 0.826 x 45e9 B/s one way" in page("docs/network.md")
+
+
+def test_the_broadcast_choices_are_the_worked_numbers() -> None:
+    rows = {row[0]: row[1:] for row in table("docs/network.md", "| case | `tpuv4-wire` | `tpuv4` |")}
+    runs = {"wrapped ring, chosen": {**TORUS}, "wrapped ring, `--chunks 8`": {**TORUS, "chunks": 8},
+            "line, root 0, chosen": {**LINE}}
+    assert list(rows) == list(runs)
+    for label, run in runs.items():
+        for hardware, shown in zip(("tpuv4-wire", "tpuv4"), rows[label], strict=True):
+            result = api.collective(hardware=hardware, mesh="1x16", axis=1, bytes="64MB", op="broadcast", **run)
+            assert round(result.time_s / us, 2) == _microseconds(shown), (hardware, label)
+            if "chain of" in shown:
+                assert f"chain of {result.chunks} chunks" in shown
+
+
+@pytest.mark.parametrize(("hardware", "mesh", "dimensional", "snake"), [
+    ("tpuv4-wire", "4x64", "The total, 364.0 us,", "= 763.0 us. On `tpuv4`"),
+    ("tpuv4", "4x64", "the two are 506.73 us", "and 1175.46 us."),
+    ("tpuv4-wire", "8x32", "= 402.89 us on `tpuv4-wire`", "the snake ring takes 719.89 us."),
+])
+def test_the_multi_axis_worked_numbers(hardware: str, mesh: str, dimensional: str, snake: str) -> None:
+    text = page("docs/network.md")
+    for multi_axis, sentence in (("dimensional", dimensional), ("snake", snake)):
+        result = api.collective(hardware=hardware, topology="4x8x8", mesh=mesh, axis=1, op="all-gather",
+                                bytes="64MB", multi_axis=multi_axis)
+        figure = sentence.split(" us")[0].split()[-1]  # the number just before the first "us"
+        assert sentence in text
+        assert round(result.time_s / us, len(figure.partition(".")[2])) == float(figure), (multi_axis, sentence)
