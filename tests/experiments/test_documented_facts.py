@@ -13,6 +13,7 @@ import yaml
 
 from tests.documents import ROOT, page
 from tpusim import api
+from tpusim.cli.main import main
 from tpusim.config.catalog import EXPERIMENTS
 from tpusim.config.requests import CollectiveRequest, GemmRequest, Request, StepRequest, TuneRequest
 from tpusim.errors import UserError
@@ -107,3 +108,15 @@ def test_the_quickstart_figures_quoted_are_what_it_simulates() -> None:
     gb = result.memory_bytes_per_chip / GB
     assert f"needs full activation recomputation ({gb:.1f} GB of the 30.75 GiB a program may fill" in readme
     assert f"{gb:.2f} GB with them as the Quickstart runs it" in page("docs/workloads.md")
+
+
+@pytest.mark.slow  # every check and every measured run: about 7 s
+def test_the_validation_summary_shown_is_what_validate_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "docs" / "validation.md").read_text()
+    block = text[text.index("## The validation table"):]
+    block = block[block.index("```\n") + 4:]
+    shown = [line for line in block[:block.index("```")].splitlines() if " checks, " in line]
+    assert [line.split(":")[0] for line in shown] == ["model", "measurement"]
+    assert main(["validate"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert shown == [line for line in printed if line.startswith(("model: ", "measurement: "))]

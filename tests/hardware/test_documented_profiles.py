@@ -125,3 +125,13 @@ def test_the_dcn_table_and_its_assumptions_are_every_physical_profile() -> None:
         dcn = PROFILES[name].dcn  # type: ignore[attr-defined]
         assert dcn.latency == pytest.approx(10 * us)
         assert dcn.launch_overhead == pytest.approx(0.0 if name == "tpuv4-wire" else 50 * us, abs=1e-15)
+
+
+def test_the_usable_hbm_docs_workloads_quotes_is_each_profiles() -> None:
+    text = page("docs/workloads.md")
+    sentence = text[text.index("[docs/chip.md](chip.md#hbm-reserve):"):]
+    quoted = re.findall(r"([\d.]+) GiB on `([\w-]+)`", sentence[:sentence.index(";")])
+    assert sorted(name for _, name in quoted) == ["tpuv4", "tpuv5e", "tpuv5p", "tpuv6e"]
+    for usable, name in quoted:
+        chip = PROFILES[name].chip
+        assert float(usable) * GiB == chip.hbm_capacity - chip.hbm_reserved, name
