@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -141,26 +139,3 @@ def test_an_entry_point_that_fails_is_one_line_naming_it(tmp_path: Path) -> None
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("plug-in 'my_alg:no_such_function' (entry point 'mine' of group tpusim.plugins) failed "
                            "to load: AttributeError: module 'my_alg' has no attribute 'no_such_function'\n")
-
-
-def _documented_runs() -> list[tuple[dict[str, str], list[str], str]]:
-    """docs/extending.md's plug-in command blocks: (environment assignments, tpusim arguments, promised stdout)."""
-    text = (ROOT / "docs" / "extending.md").read_text()
-    runs = []
-    for block in re.findall(r"```\n(\$ TPUSIM_PLUGINS=.*?)```", text, flags=re.DOTALL):
-        command, *output = block.splitlines()
-        words = shlex.split(command.removeprefix("$ "))
-        assignments = dict(word.split("=", 1) for word in words if "=" in word and not word.startswith("-"))
-        arguments = words[words.index("tpusim") + 1:]
-        runs.append((assignments, arguments, "\n".join(output) + "\n"))
-    return runs
-
-
-def test_the_documented_plugin_command_prints_what_the_page_says(tmp_path: Path) -> None:
-    runs = _documented_runs()
-    assert len(runs) == 1
-    for assignments, arguments, promised in runs:
-        assert assignments == {"TPUSIM_PLUGINS": "my_alg", "PYTHONPATH": "tests/plugins"}
-        done = _tpusim(arguments, ROOT, plugins=assignments["TPUSIM_PLUGINS"])
-        assert done.returncode == 0, done.stderr
-        assert done.stdout == promised

@@ -1,13 +1,12 @@
-"""``tpusim summarize``: the documented GPT-3 example prints what docs/results.md shows; on real traces the
-figures add up (exposed + hidden = communication, the shares = the exposed time, the critical path = the end
-time) and agree with the run's own breakdown; ``step --json`` carries the same summary; bad input is one line,
-exit status 2."""
+"""``tpusim summarize``: on real traces the figures add up (exposed + hidden = communication, the shares = the
+exposed time, the critical path = the end time) and agree with the run's own breakdown; ``step --json`` carries
+the same summary; bad input is one line, exit status 2 (tests/cli/test_doc_examples.py runs the documented
+example)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -25,33 +24,6 @@ def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str,
     code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _example() -> list[tuple[list[str], list[str]]]:
-    """The commands of the console block of docs/results.md#trace-summaries, each with the lines shown after it."""
-    text = (ROOT / "docs" / "results.md").read_text()
-    section = text[text.index("## Trace summaries"):]
-    block = section[section.index("```console\n") + len("```console\n"):]
-    block = block[:block.index("```")]
-    commands: list[tuple[list[str], list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("$ "):
-            commands.append((shlex.split(line[2:]), []))
-        else:
-            commands[-1][1].append(line)
-    return commands
-
-
-def test_the_documented_example_prints_what_the_docs_show(capsys: pytest.CaptureFixture[str],
-                                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)
-    (step, notes), (summarize, shown) = _example()
-    assert step[:1] == ["tpusim"] and step[-2:] == [">", "/dev/null"]  # the step's text is not shown, its notes are
-    assert step[1:-2] == [*GPT3_STEP[:-2], "--trace", "gpt3.json", *GPT3_STEP[-2:]]
-    code, _, err = _run(capsys, step[1:-2])
-    assert (code, err.splitlines()) == (0, notes)
-    code, out, _ = _run(capsys, summarize[1:])
-    assert (code, out.splitlines()) == (0, shown)
 
 
 def _adds_up(summary: dict[str, Any]) -> None:
@@ -181,7 +153,7 @@ def test_a_gemm_trace_agrees_with_the_gemm_result(capsys: pytest.CaptureFixture[
         assert summary[field] == pytest.approx(gemm[field], abs=8 * NS)
     assert summary["trace"] == {} and [r["layer"] for r in summary["layers"]] == ["other"]
     # the slices' gathers (on both axes at once) run back to back; the path ends with the last slice's GeMM
-    assert [r["op"] for r in summary["critical_path"]["runs"]] == ["all-gather", "K4/4 gemm"]
+    assert [r["op"] for r in summary["critical_path"]["runs"]] == ["all-gather", "S4/4 gemm"]
     code, out, _ = _run(capsys, ["summarize", str(trace)])
     assert code == 0 and "\nlayer " not in out  # a GeMM trace names no layers: no layer or op table
 
@@ -207,7 +179,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], mo
     (tmp_path / "empty.json").write_text('{"traceEvents": []}')
     (tmp_path / "g.json").write_text(json.dumps({"traceEvents": [
         *({"ph": "M", "name": "thread_name", "pid": chip, "tid": 1, "args": {"name": "MXU"}} for chip in range(16)),
-        *({"ph": "X", "pid": chip, "tid": 1, "name": "K1/1 gemm", "ts": 0, "dur": 1, "args": {}}
+        *({"ph": "X", "pid": chip, "tid": 1, "name": "S1/1 gemm", "ts": 0, "dur": 1, "args": {}}
           for chip in range(16))]}))
     code, out, err = _run(capsys, ["summarize", *argv])
     assert (code, out, err) == (2, "", message + "\n")

@@ -336,11 +336,3 @@ def test_validate_reports_the_shipped_rows_without_failing_on_them(monkeypatch: 
                         "(0 unexplained; times in us)", ""]
     assert out[4] == f"measured training runs from {TABLE} (informational: no tolerance)"
     assert out[-1] == "0 of 8 rows unsupported"
-
-
-def test_the_docs_show_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    command = f"tpusim validate --measurements {TABLE}"
-    text = (ROOT / "docs" / "validation.md").read_text()
-    block = text.split(f"```\n$ {command}\n", 1)[1].split("```", 1)[0]
-    assert main(command.split()[1:]) == 0
-    assert capsys.readouterr().out == block

@@ -77,3 +77,12 @@ def test_rows_split_the_step_and_keep_errors() -> None:
                              "step_time_s", "mfu", "hfu", "compute_s", "exposed_tensor_comm_s", "exposed_data_comm_s",
                              "idle_s", "memory_gb_per_chip", "zero_stage", "recompute", "microbatches", "slices",
                              "error", "meshslice_speedup", *UNRANGED]
+
+
+def test_the_title_names_the_generation_that_ran() -> None:
+    pod = get_family("pod")
+    rest = ": MeshSlice with data parallelism and the best layout of any kind (batch = chips)"
+    assert pod.titled("tpuv4") == "TPUv4 pods" + rest
+    assert pod.titled("tpuv5p") == "TPUv5p pods" + rest
+    assert pod.titled("tpuv4-wire") == "TPUv4 pods" + rest  # a profile without slice rules has TPUv4's
+    assert get_family("headline").titled("tpuv5p") == get_family("headline").title  # no generation in it

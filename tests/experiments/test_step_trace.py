@@ -125,7 +125,7 @@ def test_op_names_carry_layer_pass_and_slice(whole_step: tuple[Trace, dict[str, 
     assert layers == {0, 1}
     assert passes == {"fwd", "bwd-data", "bwd-weight", "bwd"}  # no recomputation at this size
     mxu = {s["name"] for s in trace.spans if trace.track(s) == "MXU"}
-    assert {"L1 fwd ff1 K1/2 gemm", "L1 fwd ff1 K2/2 gemm", "L0 bwd-weight qkv K2/2 gemm", "L0 fwd attention"} <= mxu
+    assert {"L1 fwd ff1 S1/2 gemm", "L1 fwd ff1 S2/2 gemm", "L0 bwd-weight qkv S2/2 gemm", "L0 fwd attention"} <= mxu
     collectives = {s["name"] for s in trace.spans if trace.track(s).startswith("collectives")}
     assert {"L1 fwd ff1 all-gather", "L0 fwd ln1.psum all-reduce"} <= collectives
 

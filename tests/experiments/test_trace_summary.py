@@ -35,14 +35,14 @@ def _chrome(spans: list[tuple[int, int, str, float, float, dict[str, Any]]], cri
 # chip 0: GeMM slices [0,10] and [15,25] us, an all-gather [5,15] on axis 0 and a reduce-scatter [10,30] on a
 # second lane of axis 1, nothing in [30,33], the optimizer [33,35]; 2 us of HBM stall at the end of the first slice
 KNOWN = [
-    (0, 1, "L0 fwd ff1 K1/2 gemm", 0.0, 10.0, {"flops": 1.0}),
-    (0, 3, "L0 fwd ff1 K1/2 gemm HBM stall", 8.0, 10.0, {"stall_s": 2e-6}),
+    (0, 1, "L0 fwd ff1 S1/2 gemm", 0.0, 10.0, {"flops": 1.0}),
+    (0, 3, "L0 fwd ff1 S1/2 gemm HBM stall", 8.0, 10.0, {"stall_s": 2e-6}),
     (0, 4, "L0 fwd ff1 all-gather", 5.0, 15.0, {"op": "all-gather", "bytes": 1, "group": 0}),
     (0, 5, "L0 fwd ff2 reduce-scatter", 10.0, 30.0, {"op": "reduce-scatter", "bytes": 1, "group": 0}),
-    (0, 1, "L0 fwd ff1 K2/2 gemm", 15.0, 25.0, {"flops": 1.0}),
+    (0, 1, "L0 fwd ff1 S2/2 gemm", 15.0, 25.0, {"flops": 1.0}),
     (0, 2, "step optimizer", 33.0, 35.0, {}),
     (0, 6, "L0 fwd ff2 reduce-scatter", 10.0, 40.0, {"link": 3}),  # a port: the link's time, not the chip's
-    (1, 1, "L0 fwd ff1 K1/2 gemm", 0.0, 50.0, {"flops": 1.0}),
+    (1, 1, "L0 fwd ff1 S1/2 gemm", 0.0, 50.0, {"flops": 1.0}),
 ]
 
 
@@ -93,9 +93,9 @@ def test_the_critical_path_is_read_back_from_the_end() -> None:
 
 
 def test_compute_ending_with_a_collective_is_taken_first() -> None:
-    spans = [(0, 1, "L0 fwd ff1 K1/2 gemm", 4.0, 10.0, {}),
+    spans = [(0, 1, "L0 fwd ff1 S1/2 gemm", 4.0, 10.0, {}),
              (0, 4, "L0 fwd ff1 all-gather", 0.0, 10.0, {"op": "all-gather"}),
-             (0, 1, "L0 fwd ff1 K2/2 gemm", 10.0, 12.0, {})]
+             (0, 1, "L0 fwd ff1 S2/2 gemm", 10.0, 12.0, {})]
     path = summarize_trace(_chrome(spans, chips=(0,)))["critical_path"]
     # at 10 both end: the compute queue released the next slice; before 4 nothing ended: idle from 0
     assert path["by_kind"] == {"MXU": us(8), "idle": us(4)}

@@ -29,7 +29,7 @@ SMALL: dict[str, dict[str, Any]] = {
     EXPLORE: {"MODEL": "gpt3-175b", "HARDWARE": "meshslice-sim", "CHIPS": 16, "SLICE_CANDIDATES": [1, 2, 4],
               "IGNORE_MEMORY": True},
 }
-BEST = re.compile(r"Best configuration: mesh (\d+)x(\d+), K = (\d+), step time ([0-9.]+) s")
+BEST = re.compile(r"Best configuration: mesh (\d+)x(\d+), S = (\d+), step time ([0-9.]+) s")
 
 # A model that is not packaged, with an FF width other than 4 x hidden, so that the notebook must read every
 # dimension from the model file (tp.model) instead of knowing the shipped models.
@@ -44,6 +44,9 @@ _inside = [_box.y0 <= t.get_window_extent(_renderer).y0 and t.get_window_extent(
 print("labels inside the axes:", all(_inside), len(_inside))
 """
 BAR_CHART = ('savefig("step_time_by_algorithm.png"', LABELS_INSIDE)
+# the colour each timeline span was drawn in, by track
+TIMELINE = ('savefig("meshslice_ff1_timeline.png"',
+            'print("timeline kinds:", sorted({(s["track"], kind(s)) for s in spans}), "legend:", used)')
 
 
 def parameters_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -64,14 +67,13 @@ def assigned_names(source: str) -> list[str]:
 
 
 def execute(name: str, workdir: Path, parameters: dict[str, Any] | None = None,
-            probe: tuple[str, str] | None = None) -> nbformat.NotebookNode:
-    """Run notebook ``name`` in ``workdir`` with ``parameters`` (default: its SMALL settings); ``probe`` is
+            probes: tuple[tuple[str, str], ...] = ()) -> nbformat.NotebookNode:
+    """Run notebook ``name`` in ``workdir`` with ``parameters`` (default: its SMALL settings); each probe is
     (text of a code cell, code) to run right after that cell."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     parameters_cell(nb).source = "\n".join(f"{key} = {value!r}"
                                            for key, value in (parameters or SMALL[name]).items())
-    if probe is not None:
-        marker, code = probe
+    for marker, code in probes:
         index = next(i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and marker in cell.source)
         nb.cells.insert(index + 1, nbformat.v4.new_code_cell(code))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(workdir)}}).execute()
@@ -93,7 +95,7 @@ def count(nb: nbformat.NotebookNode, mime: str) -> int:
 @pytest.fixture(scope="module")
 def compare_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[nbformat.NotebookNode, Path]:
     workdir = tmp_path_factory.mktemp("compare")
-    return execute(COMPARE, workdir, probe=BAR_CHART), workdir
+    return execute(COMPARE, workdir, probes=(BAR_CHART, TIMELINE)), workdir
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +121,7 @@ def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat
     assert count(nb, "image/png") >= 2  # the stacked bar chart and the GeMM timeline
     assert count(nb, "text/html") >= 1  # the results table
     text = stdout(nb)
-    for label in ("collective", "wang", "summa", "cannon", "meshslice K=2", "tp1d"):  # 4x4 is square: Cannon runs
+    for label in ("collective", "wang", "summa", "cannon", "meshslice S=2", "tp1d"):  # 4x4 is square: Cannon runs
         assert re.search(rf"{re.escape(label)} on +\S+: +[0-9.]+ s/step", text), label
     assert "skipped" not in text
     assert "labels inside the axes: True 6" in text  # no bar clipped here: the tallest bars' labels clear the title
@@ -131,6 +133,20 @@ def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat
     slices, hidden, total = map(int, overlap.groups())
     assert slices == SMALL[COMPARE]["SLICES"]
     assert 0 < hidden < total  # slice 1's all-gathers hide under slice 0's GeMM; slice 0's fill the pipeline
+    # every MXU span (MeshSlice's "S1/2 gemm", "S2/2 gemm") is drawn as a GeMM, every collective as its kind
+    assert ("timeline kinds: [('MXU', 'gemm'), ('collectives axis 0', 'all-gather'), ('collectives axis 1', "
+            "'all-gather')] legend: ['gemm', 'all-gather']") in text
+
+
+def test_compare_algorithms_pads_tp1d_where_the_chips_do_not_divide_the_heads(tmp_path: Path) -> None:
+    # GPT-3's 96 heads over 64 chips, as over the 256 of the default parameters: tp1d runs padded, not skipped
+    parameters = {**SMALL[COMPARE], "CHIPS": 64, "MESH": "8x8"}
+    text = stdout(execute(COMPARE, tmp_path, parameters))
+    assert "skipped" not in text
+    assert "     tp1d (padded) on 64x1: 64 does not divide the 96 heads of gpt3-175b (heads are split over the 64 " \
+           "chips of the feature axis)" in text
+    assert re.search(r"tp1d \(padded\) on +64x1: +[0-9.]+ s/step", text)
+    assert re.search(r"meshslice S=2 on +8x8: +[0-9.]+ s/step", text)
 
 
 def test_explore_mesh_and_slices_runs_with_small_settings(
@@ -156,10 +172,10 @@ def test_compare_algorithms_takes_a_custom_model_file(tmp_path: Path) -> None:
     model = tmp_path / "tiny.yaml"
     model.write_text(TINY_MODEL)
     parameters = {**SMALL[COMPARE], "MODEL": str(model), "IGNORE_MEMORY": False}
-    nb = execute(COMPARE, tmp_path, parameters, probe=BAR_CHART)
+    nb = execute(COMPARE, tmp_path, parameters, probes=(BAR_CHART,))
     assert not [o for o in outputs(nb) if o.output_type == "error"]
     text = stdout(nb)
-    for label in ("collective", "wang", "summa", "cannon", "meshslice K=2", "tp1d"):
+    for label in ("collective", "wang", "summa", "cannon", "meshslice S=2", "tp1d"):
         assert re.search(rf"{re.escape(label)} on +\S+: +[0-9.]+ s/step", text), label
     # FF1: M = batch 16 x sequence 512, K = hidden, N = the model's ffn (not 4 x hidden = 4096)
     assert "FF1 GeMM M=8192 K=1024 N=3072 on 4x4, 2 slices:" in text

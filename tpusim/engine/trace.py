@@ -114,7 +114,7 @@ class Tracer:
 
     # -- what the engine reports ------------------------------------------------------------------------
     def label(self, chip: int, name: str) -> str:
-        """``name`` of work ``chip`` issues now, prefixed with the op it runs (``"L2 fwd ff1 K3/8 gemm"``)."""
+        """``name`` of work ``chip`` issues now, prefixed with the op it runs (``"L2 fwd ff1 S3/8 gemm"``)."""
         scope = self.scope.get(chip)
         if not scope:
             return name

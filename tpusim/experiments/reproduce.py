@@ -104,7 +104,7 @@ def reproduce(name: str, out: Path | str, *, quick: bool = False, hardware: str 
         try:
             table = tidy(rows)
             write_atomic(csv_path, render_csv(table, list(table[0]) if table else []), "table")
-            family.plot(rows, png_path, f"{family.title} [{profile}]")
+            family.plot(rows, png_path, f"{family.titled(profile)} [{profile}]")
         except OSError as error:  # a full disk, a file size limit: the run's results.json is whole
             raise OutputPathError(f"cannot write the {family_name} table and figure in {str(folder)!r}: "
                                   f"{error.strerror or error}; the files there stay as they were") from None

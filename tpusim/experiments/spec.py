@@ -1,6 +1,6 @@
 """Loading an experiment file and expanding its sweep into points, with every point validated up front.
 
-Dotted keys address fields of the point (``scale.beta``, ``overrides.slow_links``). Each expanded point
+Dotted keys address fields of the point (``scale.beta``, ``slow_links``). Each expanded point
 is validated as a whole, so an impossible combination is reported before anything runs, naming the file,
 the point index and the key path.
 """

@@ -88,7 +88,7 @@ TPUV4_RULES: SliceRules = CubeSlices()
 
 def describe_rules(rules: SliceRules) -> str:
     """The rule in words, as errors quote it."""
-    title = _title(rules)
+    title = generation_title(rules)
     if rules.cube is not None:
         return (f"{title} slices have {rules.axes} sides, every side <= {rules.cube} or every side a multiple of "
                 f"{rules.cube}, at most {rules.max_chips} chips")
@@ -102,7 +102,7 @@ def _sides_of(shape: str) -> tuple[int, ...]:
 def _valid_forms(rules: SliceRules) -> str:
     form, example = ("AxBxC", "4x4x16") if rules.axes == 3 else ("AxB", "8x16")
     twisted = ", a twisted one 'AxBxCt' (e.g. '4x4x8t')" if _can_twist(rules) else ""
-    return (f"valid forms: a {_title(rules)} slice '{form}' (e.g. '{example}'){twisted}, 'torus:16x16' or "
+    return (f"valid forms: a {generation_title(rules)} slice '{form}' (e.g. '{example}'){twisted}, 'torus:16x16' or "
             "'mesh:4x4x2' (1 to 4 sides)")
 
 
@@ -130,13 +130,13 @@ def _check_sides(dims: Sequence[object], shown: str, what: str) -> tuple[int, ..
     return tuple(sides)
 
 
-def _title(rules: SliceRules) -> str:
+def generation_title(rules: SliceRules) -> str:
     """``tpuv5p`` -> ``TPUv5p``, as messages name a generation."""
     return "TPU" + rules.generation[3:] if rules.generation.startswith("tpu") else rules.generation
 
 
 def _twist_of(sides: tuple[int, ...], shown: str, rules: SliceRules) -> tuple[tuple[int, ...], ...]:
-    title = _title(rules)
+    title = generation_title(rules)
     if not _can_twist(rules) or rules.cube is None:
         raise TopologyError(f"{title} slice {shown!r} cannot be twisted: twisted tori join whole cubes of a "
                             "three-axis generation (TPUv4, TPUv5p) through the optical switches")
@@ -151,7 +151,7 @@ def _twist_of(sides: tuple[int, ...], shown: str, rules: SliceRules) -> tuple[tu
 
 
 def _slice(dims: Sequence[int], shown: str, rules: SliceRules, twisted: bool = False) -> PhysicalTopology:
-    title = _title(rules)
+    title = generation_title(rules)
     sides = _check_sides(dims, shown, f"{title} slice")
     twist = _twist_of(sides, shown, rules) if twisted else None
     if len(sides) != rules.axes:
@@ -256,7 +256,7 @@ def default_slice(chips: int, rules: SliceRules = TPUV4_RULES) -> PhysicalTopolo
     if shape is None:
         example = "4x4x8" if rules.axes == 3 else "8x16"
         raise TopologyError(
-            f"no default {_title(rules)} slice for {chips!r} chips; valid counts: "
+            f"no default {generation_title(rules)} slice for {chips!r} chips; valid counts: "
             f"{', '.join(str(n) for n, _ in rules.defaults)}",
             f"pass the slice explicitly with --topology, e.g. --topology {example} or --topology torus:12x12",
         )

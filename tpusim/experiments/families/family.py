@@ -1,4 +1,5 @@
-"""What a reproduction family is: a name, a title, how its results become a table, and how the table is drawn."""
+"""What a reproduction family is: a name, a title (naming the profile's TPU generation where it says
+``{generation}``), how its results become a table, and how the table is drawn."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tpusim.hardware.profiles import load_hardware
+from tpusim.topology.slices import TPUV4_RULES, generation_title
 
 __all__ = ["Entry", "Family", "Row"]
 
@@ -24,3 +28,10 @@ class Family:
     table: Callable[[list[Entry]], list[Row]]
     plot: Callable[[list[Row], Path, str], None]
     leads: bool = False
+
+    def titled(self, profile: str) -> str:
+        """The figure's title for a run on ``profile`` (a name or a path): ``{generation}`` becomes the
+        generation of its slices (``TPUv5p``), so that a family run with ``--hardware`` is titled by what ran."""
+        if "{generation}" not in self.title:
+            return self.title
+        return self.title.format(generation=generation_title(load_hardware(profile).slice_rules or TPUV4_RULES))

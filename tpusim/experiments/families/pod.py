@@ -1,5 +1,6 @@
-"""The pod family: MeshSlice with data parallelism on 256 to 4096 TPUv4 chips and on two 4096-chip pods over DCN,
-each layout D x R x C tuned, beside the practitioner's baseline (the best layout of any kind).
+"""The pod family: MeshSlice with data parallelism on 256 to 4096 chips (TPUv4 unless ``--hardware`` says) and
+on two 4096-chip pods over DCN, each layout D x R x C tuned, beside the practitioner's baseline (the best layout
+of any kind).
 
 One row per model, chip count and algorithm (``meshslice`` or ``all``, the baseline): the tuner's best layout and
 its step split into compute, exposed tensor-parallel communication, exposed data-parallel communication (over the
@@ -173,5 +174,6 @@ def _pod_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note, legend=shared_legend(axes), legend_columns=2)
 
 
-POD = Family("pod", "TPUv4 pods: MeshSlice with data parallelism and the best layout of any kind (batch = chips)",
+POD = Family("pod",
+             "{generation} pods: MeshSlice with data parallelism and the best layout of any kind (batch = chips)",
              _pod_rows, _pod_plot, leads=True)

@@ -119,7 +119,7 @@ class MeshSlice(GemmAlgorithm):
             operands.update({mv.operand: v for mv, v in zip(roles.gathers, values, strict=True)})
             product = yield local_product(dev, dataflow, operands["x"], operands["w"],
                                           acc if roles.reduce is None else None, accumulate=accumulates(ctx),
-                                          name=f"K{k + 1}/{slices} gemm")
+                                          name=f"S{k + 1}/{slices} gemm")
             if roles.reduce is None:
                 acc = product
             else:
