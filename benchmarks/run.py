@@ -232,9 +232,9 @@ STARTUP_COMMAND = ["collective", "--hardware", "tpuv4", "--topology", "torus:16"
 STARTUP_PROCESSES = 5  # fresh processes per run of the figure; their median is the figure
 
 
-def startup_small_collective_s() -> Measurement:
-    """Whole-process wall time of ``tpusim collective`` (a 64 MB all-gather over 16 chips, ``--json``): the median
-    of five fresh processes.
+def _startup(command: list[str]) -> tuple[list[float], float, str, str]:
+    """Whole-process wall times of ``tpusim COMMAND`` in ``STARTUP_PROCESSES`` fresh processes, with the untimed
+    compiling run's, the last one's standard output and the name of the program run.
 
     The children compile their bytecode once, in an untimed first run, into a cache folder of their own, as an
     installed package has it (``PYTHONDONTWRITEBYTECODE`` would otherwise make every start recompile tpusim).
@@ -245,14 +245,27 @@ def startup_small_collective_s() -> Measurement:
         # the installed `tpusim` script, as a user types it; `python -m tpusim` where there is none (it adds runpy)
         script = Path(sys.executable).with_name("tpusim")
         argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "tpusim"]),
-                *STARTUP_COMMAND]
+                *command]
         compile_run, _ = _subprocess(argv, env)
         runs = [_subprocess(argv, env) for _ in range(STARTUP_PROCESSES)]
-    result = json.loads(runs[-1][1])
-    walls = [wall for wall, _ in runs]
+    return [wall for wall, _ in runs], compile_run, runs[-1][1], Path(argv[0]).name
+
+
+def startup_small_collective_s() -> Measurement:
+    """Whole-process wall time of ``tpusim collective`` (a 64 MB all-gather over 16 chips, ``--json``): the median
+    of five fresh processes."""
+    walls, compile_run, stdout, program = _startup(STARTUP_COMMAND)
+    result = json.loads(stdout)
     return Measurement(statistics.median(walls), "s", {"processes_s": walls, "compile_run_s": compile_run,
                                                        "simulated_s": result["time_s"], "events": result["events"],
-                                                       "command": Path(argv[0]).name})
+                                                       "command": program})
+
+
+def startup_version_s() -> Measurement:
+    """Whole-process wall time of ``tpusim --version``: the median of five fresh processes."""
+    walls, compile_run, stdout, program = _startup(["--version"])
+    return Measurement(statistics.median(walls), "s", {"processes_s": walls, "compile_run_s": compile_run,
+                                                       "printed": stdout.strip(), "command": program})
 
 
 def peak_rss_mb_gemm_2048_full() -> Measurement:
@@ -342,6 +355,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "reproduce_quick_s": reproduce_quick_s,
     "peak_rss_mb_gemm_2048_full": peak_rss_mb_gemm_2048_full,
     "startup_small_collective_s": startup_small_collective_s,
+    "startup_version_s": startup_version_s,
     "pod_straggler_full_s": pod_straggler_full_s,
     "peak_rss_mb_pod_straggler": peak_rss_mb_pod_straggler,
     "pod_step_symmetric_s": pod_step_symmetric_s,

@@ -11,8 +11,7 @@ from tpusim.config.requests import GemmRequest
 from tpusim.units import format_time
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("gemm", help="simulate one distributed GeMM")
+def gemm_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, GemmRequest)
     add_trace_arguments(p, "write a Chrome/Perfetto trace JSON here", chips_default="default all")
     add_link_map_argument(p)
@@ -50,3 +49,7 @@ def run(args: argparse.Namespace) -> int:
     for text in result.notes:
         note(text)
     return 0
+
+
+COMMANDS = {"gemm": gemm_arguments}
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

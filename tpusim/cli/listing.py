@@ -8,8 +8,7 @@ from tpusim.cli.common import emit_json, name_arg
 from tpusim.vocabulary import CollectiveOp
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
+def list_arguments(parser: argparse.ArgumentParser) -> None:
     things = ["hardware", "models", "algorithms", "collectives", "experiments"]
     parser.add_argument("what", type=name_arg("listing", things), metavar="WHAT", help=f"one of: {', '.join(things)}")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -44,3 +43,7 @@ def run(args: argparse.Namespace) -> int:
     for name, kind, description in rows:
         print(f"{name:<{width}}  {kind:<10}  {description}".rstrip())
     return 0
+
+
+COMMANDS = {"list": list_arguments}
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -16,8 +16,7 @@ if TYPE_CHECKING:
     from tpusim.tuning.plan import PlanResult
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("plan", help="rank the best configuration of every algorithm and layout kind")
+def plan_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, PlanRequest)
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1,
                    help="worker processes that simulate (at most one per CPU; the result is the same)")
@@ -73,3 +72,7 @@ def _print(result: PlanResult) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+COMMANDS = {"plan": plan_arguments}
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""
