@@ -38,15 +38,18 @@ def _after_main(argv: list[str], status: int) -> str:
             f"assert status == {status!r}, status")
 
 
+@pytest.mark.slow
 def test_importing_the_command_line_imports_no_heavy_library() -> None:
     assert _heavy_modules("import json, tpusim.cli.main") == []
 
 
+@pytest.mark.slow
 def test_parsing_a_collective_imports_no_heavy_library() -> None:
     code = f"import json\nfrom tpusim.cli.main import build_parser\nbuild_parser().parse_args({COLLECTIVE!r})"
     assert _heavy_modules(code) == []
 
 
+@pytest.mark.slow
 def test_running_a_small_collective_imports_no_heavy_library() -> None:
     code = ("import contextlib, io, json\nfrom tpusim.cli.main import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()) as out:\n    status = main({COLLECTIVE!r})\n"

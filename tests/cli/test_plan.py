@@ -28,6 +28,7 @@ def _documented() -> list[str]:
     return text[start:text.index("```", start)].splitlines()
 
 
+@pytest.mark.slow
 def test_the_documented_example_prints_its_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(ARGV) == 0
     assert capsys.readouterr().out.splitlines() == _documented()
@@ -51,6 +52,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, list[
     return printed[0], printed[1], rows
 
 
+@pytest.mark.slow
 def test_json_candidates_are_ranked_and_those_of_tune_all(outputs: tuple[dict, dict, list[dict[str, str]]]) -> None:
     plan, tuned, _ = outputs
     candidates = plan["candidates"]

@@ -113,6 +113,7 @@ def test_stored_notebook_is_clean_and_parameterisable(name: str) -> None:
         assert cell.outputs == [] and cell.execution_count is None, "commit notebooks with outputs cleared"
 
 
+@pytest.mark.slow
 def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat.NotebookNode, Path]) -> None:
     nb, workdir = compare_run
     assert not [o for o in outputs(nb) if o.output_type == "error"]
@@ -133,6 +134,7 @@ def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat
     assert 0 < hidden < total  # slice 1's all-gathers hide under slice 0's GeMM; slice 0's fill the pipeline
 
 
+@pytest.mark.slow
 def test_explore_mesh_and_slices_runs_with_small_settings(
         explore_run: tuple[nbformat.NotebookNode, Path]) -> None:
     nb, workdir = explore_run
@@ -152,6 +154,7 @@ def test_explore_mesh_and_slices_runs_with_small_settings(
     assert again.step_time_s == pytest.approx(float(best.group(4)), abs=5e-4)
 
 
+@pytest.mark.slow
 def test_compare_algorithms_takes_a_custom_model_file(tmp_path: Path) -> None:
     model = tmp_path / "tiny.yaml"
     model.write_text(TINY_MODEL)

@@ -22,6 +22,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return zipfile.ZipFile(built)
 
 
+@pytest.mark.slow
 def test_every_data_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     inside = set(wheel.namelist())
     shipped = sorted(str(p.relative_to(ROOT)) for p in DATA.rglob("*.yaml"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import emit_json, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
@@ -47,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"collective": collective_arguments}
+COMMANDS = MappingProxyType({"collective": collective_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

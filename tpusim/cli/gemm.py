@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
@@ -51,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"gemm": gemm_arguments}
+COMMANDS = MappingProxyType({"gemm": gemm_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

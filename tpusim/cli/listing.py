@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import emit_json, name_arg
 from tpusim.vocabulary import CollectiveOp
@@ -45,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"list": list_arguments}
+COMMANDS = MappingProxyType({"list": list_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

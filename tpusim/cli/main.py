@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tpusim import __version__
@@ -30,7 +31,7 @@ from tpusim.cli.common import UsageError, note
 from tpusim.engine.signals import Interrupted, interrupts_raised
 from tpusim.errors import OutputPathError, TpusimError, UserError, bounded
 
-COMMANDS = {
+COMMANDS = MappingProxyType({
     "list": ("listing", "list hardware profiles, collectives, ..."),
     "collective": ("collective", "simulate one collective over a logical mesh axis"),
     "gemm": ("gemm", "simulate one distributed GeMM"),
@@ -41,7 +42,7 @@ COMMANDS = {
     "schema": ("run", "print the JSON Schema of experiment files"),
     "reproduce": ("reproduce", "run a paper-reproduction family and draw its figure"),
     "validate": ("reproduce", "reference numbers next to simulated ones; exit 3 on a miss"),
-}
+})
 """Each command's module in ``tpusim.cli`` (whose ``COMMANDS`` gives the command its flags) and its help line."""
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EBADF})
 """Why a write to stdout fails when its reader is not gone (that is EPIPE) but its file is full or unwritable."""

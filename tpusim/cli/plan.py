@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tpusim.cli.common import count_arg, emit_json, note
@@ -74,5 +75,5 @@ def _print(result: PlanResult) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
-COMMANDS = {"plan": plan_arguments}
+COMMANDS = MappingProxyType({"plan": plan_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

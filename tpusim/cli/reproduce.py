@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import MappingProxyType
 
 from tpusim.cli.common import count_arg, emit_json, out_dir_arg
 from tpusim.cli.progress import Bar
@@ -100,5 +101,5 @@ def validate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"reproduce": reproduce_arguments, "validate": validate_arguments}
+COMMANDS = MappingProxyType({"reproduce": reproduce_arguments, "validate": validate_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import MappingProxyType
 
 from tpusim.cli.common import count_arg, emit_json, name_arg, note, out_dir_arg, positive_number_arg
 from tpusim.cli.progress import Bar
@@ -66,5 +67,5 @@ def schema(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": run_arguments, "schema": schema_arguments}
+COMMANDS = MappingProxyType({"run": run_arguments, "schema": schema_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

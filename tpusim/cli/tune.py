@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note
@@ -84,5 +85,5 @@ def _row(label: str, choice: Choice, placed: bool) -> tuple[str, ...]:
             f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")
 
 
-COMMANDS = {"tune": tune_arguments}
+COMMANDS = MappingProxyType({"tune": tune_arguments})
 """The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""
