@@ -126,6 +126,25 @@ def allgather_ring_2048_full_s() -> Measurement:
     return Measurement(wall, "s", {**info, "closed_form_s": _closed_form(mapping, [(1, GROUP_BYTES // 2048)])})
 
 
+def _status_kb(key: str) -> int:
+    """A ``kB`` line of this process's /proc/self/status (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(f"{key}:")))
+
+
+def ring_bytes_per_transfer() -> Measurement:
+    """Memory of ``allgather_ring_2048_full_s`` per link transfer, in a fresh process: its peak resident memory
+    (``VmHWM``) over what it held with the ring mapped and every module imported, divided by the transfers."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import run; "
+            "run.load_hardware(run.WIRE); run.map_mesh(run.parse_topology('torus:2048'), 1, 2048); "
+            "before = run._status_kb('VmRSS'); figure = run.allgather_ring_2048_full_s(); "
+            "print(before, run._status_kb('VmHWM'), figure.info['transfers'])")
+    _, out = _subprocess([sys.executable, "-c", code])
+    before, peak, transfers = (int(word) for word in out.split())
+    return Measurement((peak - before) * 1024 / transfers, "B/transfer",
+                       {"rss_before_mb": before / 1024, "peak_mb": peak / 1024, "transfers": transfers})
+
+
 FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 256 x 2048 tokens
 
 
@@ -346,6 +365,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
     "allgather_ring_2048_full_s": allgather_ring_2048_full_s,
+    "ring_bytes_per_transfer": ring_bytes_per_transfer,
     "gemm_full_s": gemm_full_s,
     "layer_full_s": layer_full_s,
     "gemm_symmetric_ms": gemm_symmetric_ms,
