@@ -63,8 +63,8 @@ def _simulate(mapping: MeshMapping, program: Program) -> tuple[float, dict[str, 
     """Run ``program`` on every chip of ``mapping`` on ``tpuv4-wire`` at full fidelity; (wall seconds, facts)."""
     hardware = load_hardware(WIRE)
     begin = time.perf_counter()
-    sim = Simulation(hardware, mapping)
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(hardware, mapping))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
     run_spmd(sim, runtime, program, lambda dev: ())
     wall = time.perf_counter() - begin
     totals = runtime.network.totals(sim, sim.now)
@@ -206,7 +206,7 @@ def gemm_analytic_us() -> Measurement:
     walls = []
     for _ in range(50):
         begin = time.perf_counter()
-        twin = analytic_gemm(algorithm, problem, params, hardware, mapping)
+        twin = analytic_gemm(algorithm, problem, params, network_for(hardware, mapping))
         walls.append(time.perf_counter() - begin)
     return Measurement(1e6 * statistics.median(walls), "us", {"simulated_s": twin})
 

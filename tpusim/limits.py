@@ -53,6 +53,7 @@ class Limit:
 # the sweep_points limit (100,000 points) stays well under 1 GiB. A disk cache entry is one result, at most a few
 # hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom. A YAML document's scalar text with its
 # aliases expanded is at most the file (1 MiB) without aliases; 64 MiB lets a file reuse every anchor 64 times over.
+# A default step trace (3 layers, 39 chips of a 32x8 mesh) is 45 MB; 1 GiB holds such a trace of 60 layers.
 LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (
     Limit("chips", 65536, "chips (of a mesh, a topology or a tuning run)"),
     Limit("chunks", 4096, "pipelined chunks per message"),
@@ -68,6 +69,7 @@ LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for l
     Limit("measurement_rows", 1000, "rows of a measurements CSV file"),
     Limit("results_bytes", 2**30, "bytes of a run's results.json or run_meta.json read back"),
     Limit("cache_entry_bytes", 2**26, "bytes of a disk cache entry read back"),
+    Limit("trace_bytes", 2**30, "bytes of a trace file read by summarize"),
 )})
 
 

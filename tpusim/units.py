@@ -151,14 +151,8 @@ def format_time(seconds: float | None) -> str:
 
 
 def format_size(nbytes: float) -> str:
-    """A readable size with a unit: ``64 MB``; a whole number (below 1024) of binary units in those (``32 GiB``,
-    ``8 MiB``) unless it is also a whole number of decimal ones."""
-    binary: tuple[tuple[str, float, float], ...] = (
-        ("TiB", TiB, TB), ("GiB", GiB, GB), ("MiB", MiB, MB), ("KiB", KiB, KB))
-    for name, size, decimal in binary:
-        whole = float(nbytes / size).is_integer() and abs(nbytes) < 1024 * size  # 32 GiB, not 14976 MiB
-        if abs(nbytes) >= size and whole and not float(nbytes / decimal).is_integer():
-            return f"{nbytes / size:.6g} {name}"
+    """A readable size in decimal (SI) units, as every result is: ``64 MB``, ``34.3597 GB`` for 32 GiB; one style
+    in all output, so that two sizes side by side are never in different units."""
     for name, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
         if abs(nbytes) >= scale:
             return f"{nbytes / scale:.6g} {name}"

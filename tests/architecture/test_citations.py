@@ -1,7 +1,8 @@
 """Every citation of the documentation resolves: ``docs/<file>.md`` names a file under docs/, and
 ``docs/<file>.md#<anchor>`` a heading of that file (GitHub's anchors). Citations are searched in the package's
-code and data, the README, the docs themselves and the notebooks; inside docs/ (and the README) relative Markdown
-links to ``.md`` files and ``#anchor`` links within a page are checked the same way."""
+code, the shipped files of configs/ and experiments/, the README, the docs themselves and the notebooks; inside
+docs/ (and the README) relative Markdown links to ``.md`` files and ``#anchor`` links within a page are checked
+the same way."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def anchors(path: Path) -> frozenset[str]:
 
 def sources() -> list[Path]:
     """The files whose citations must resolve."""
-    package = ROOT / "tpusim"
-    found = [*package.rglob("*.py"), *(package / "data").rglob("*.yaml"), *DOCS.glob("*.md")]
+    found = [*(ROOT / "tpusim").rglob("*.py"), *(ROOT / "configs").rglob("*.yaml"), *(ROOT / "configs").rglob("*.md"),
+             *(ROOT / "experiments").rglob("*.yaml"), *DOCS.glob("*.md")]
     found += [path for path in ROOT.rglob("*.ipynb")
               if not {".git", ".ipynb_checkpoints", "build"} & set(path.relative_to(ROOT).parts)]
     readme = ROOT / "README.md"

@@ -97,10 +97,45 @@ def test_list_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"tpuv4", "meshslice-tpu-fit", "meshslice-sim"} <= {line.split()[0] for line in out.splitlines()}
 
 
-def test_the_text_output_names_the_slice_a_mesh_was_placed_on(capsys: pytest.CaptureFixture[str]) -> None:
-    """16 chips of tpuv4 default to the 2x2x4 slice; the text says so, with each logical axis's embedding."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("what", "folder", "count"), [("hardware", ROOT / "configs" / "hardware", 7),
+                                                      ("models", ROOT / "configs" / "models", 10),
+                                                      ("experiments", ROOT / "experiments", 9)])
+def test_a_listing_of_files_ends_with_their_folder(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                   what: str, folder: Path, count: int) -> None:
+    monkeypatch.delenv("TPUSIM_CONFIG_DIR", raising=False)
+    code, out, _ = run(capsys, ["list", what])
+    assert code == 0
+    assert (len(out.splitlines()), out.splitlines()[-1]) == (count + 1, f"files in {folder}")
+    code, out, _ = run(capsys, ["list", what, "--json"])
+    assert (code, json.loads(out)["folder"], len(json.loads(out)[what])) == (0, str(folder), count)
+
+
+def test_a_listing_names_the_config_dir_it_read(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "gpt3-175b.yaml").write_bytes((ROOT / "configs" / "models" / "gpt3-175b.yaml").read_bytes())
+    monkeypatch.setenv("TPUSIM_CONFIG_DIR", str(tmp_path))
+    code, out, _ = run(capsys, ["list", "models"])
+    assert code == 0
+    assert out.splitlines()[0].split()[:2] == ["gpt3-175b", "model"]
+    assert out.splitlines()[1:] == [f"files in {(tmp_path / 'models').resolve()}"]
+
+
+def test_other_listings_name_no_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, ["list", "collectives", "--json"])
+    assert (code, list(json.loads(out))) == (0, ["collectives"])
+
+
+@pytest.mark.parametrize(("switch", "axis0"), [([], "x*y dimensional"), (["--multi-axis", "snake"], "x*y snake")])
+def test_the_text_output_names_the_slice_a_mesh_was_placed_on(capsys: pytest.CaptureFixture[str], switch: list[str],
+                                                              axis0: str) -> None:
+    """16 chips of tpuv4 default to the 2x2x4 slice; the text says so, with each logical axis's embedding, and an
+    axis of two physical axes by the schedule its collectives ran: tpuv4's dimensional one, or the snake ring."""
     argv = ["gemm", "--hardware", "tpuv4", "--mesh", "4x4", "--algorithm", "collective", "--dataflow", "os",
-            "--m", "256", "--n", "256", "--k", "256"]
+            "--m", "256", "--n", "256", "--k", "256", *switch]
     code, out, _ = run(capsys, argv)
     assert code == 0
-    assert out.splitlines()[1] == "  network         tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)"
+    assert out.splitlines()[1] == f"  network         tpuv4:2x2x4 (axis 0: {axis0}; axis 1: z line)"

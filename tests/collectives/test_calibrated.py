@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.engine.simulation import Simulation
@@ -65,7 +66,7 @@ def _bytes(op: CollectiveOp, n: int, s: int) -> int:
 
 
 def _time(profile: str, rows: int, cols: int, spec: CollectiveSpec) -> tuple[float, float | None]:
-    result = simulate_collective(spec, load_hardware(profile), abstract_mesh(rows, cols))
+    result = simulate_collective(spec, network_for(load_hardware(profile), abstract_mesh(rows, cols)))
     return result.time_s, result.analytic_time_s
 
 
@@ -123,8 +124,8 @@ def test_cannon_skew_formula() -> None:
 
 def _program_time(profile: str, rows: int, cols: int, calls) -> float:  # type: ignore[no-untyped-def]
     """Every chip issues ``calls(dev)`` at once and waits for all of them; the simulated end time."""
-    sim = Simulation(load_hardware(profile), abstract_mesh(rows, cols))
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(load_hardware(profile), abstract_mesh(rows, cols)))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
 
     def program(dev: Device):  # type: ignore[no-untyped-def]
         yield dev.wait(*calls(dev))

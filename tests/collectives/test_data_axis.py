@@ -71,7 +71,7 @@ def _run(mapping: MeshMapping, op: CollectiveOp, *, payload: bool) -> tuple[Simu
             out = yield dev.all_reduce(t, DATA_AXIS)
         return dev.rank(DATA_AXIS), out
 
-    sim = Simulation(TPUV4, mapping)
+    sim = Simulation(network_for(TPUV4, mapping))
     runtime = CollectiveRuntime(sim, network_for(TPUV4, mapping))
     return sim, runtime, run_spmd(sim, runtime, program, lambda dev: ())
 
@@ -125,7 +125,7 @@ def test_tensor_and_data_collectives_together_share_no_link(name: str) -> None:
         yield dev.wait(dev.all_gather(Tensor((ROWS_PER_RANK, TIMED_COLUMNS), "fp64"), 0, 0),
                        dev.reduce_scatter(Tensor((degree * ROWS_PER_RANK, TIMED_COLUMNS), "fp64"), DATA_AXIS, 0))
 
-    sim = Simulation(TPUV4, mapping)
+    sim = Simulation(network_for(TPUV4, mapping))
     runtime = CollectiveRuntime(sim, network_for(TPUV4, mapping))
     run_spmd(sim, runtime, program, lambda dev: ())
     by_axis = {axis: [r for r in runtime.records if r.call.axis == axis] for axis in (0, DATA_AXIS)}

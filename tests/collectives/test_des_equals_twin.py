@@ -11,6 +11,7 @@ import functools
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective, twin_time
 from tpusim.hardware import load_hardware
 from tpusim.topology import MeshMapping
@@ -33,7 +34,7 @@ def _nbytes(op: CollectiveOp, n: int, unit: int) -> int:
 
 
 def _run(mapping: MeshMapping, spec: CollectiveSpec) -> CollectiveResult:
-    return simulate_collective(spec, TPUV4, mapping)
+    return simulate_collective(spec, network_for(TPUV4, mapping))
 
 
 def _assert_twin(result: CollectiveResult) -> None:
@@ -53,7 +54,7 @@ def test_one_group_matches_twin(topology_mesh, kind: str, n: int, op: Collective
     assert mapping.axes[1].closed is (kind == "torus" and n >= 3)
     spec = CollectiveSpec(op, 1, _nbytes(op, n, unit), ring, chunks)
     if op is CollectiveOp.ALL_TO_ALL and chunks > 1:  # no form is claimed; nothing to compare
-        assert twin_time(spec, TPUV4, mapping) is None
+        assert twin_time(spec, network_for(TPUV4, mapping)) is None
         return
     result = _run(mapping, spec)
     _assert_twin(result)

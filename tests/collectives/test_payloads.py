@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -54,8 +55,8 @@ def _program(axis: int, n: int):  # type: ignore[no-untyped-def]
 
 
 def _run(mapping: MeshMapping, hardware: str, axis: int, ring: Ring, chunks: int) -> dict:
-    sim = Simulation(load_hardware(hardware), mapping)
-    runtime = CollectiveRuntime(sim, ring=ring, chunks=chunks)
+    sim = Simulation(network_for(load_hardware(hardware), mapping))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping), ring=ring, chunks=chunks)
     return run_spmd(sim, runtime, _program(axis, mapping.shape[axis]), lambda dev: ())
 
 
@@ -96,8 +97,8 @@ def test_rank_order_follows_the_ring_not_the_chip_id() -> None:
     """On a snake axis the all-gather concatenates in logical rank order, whatever the chip ids are."""
     mapping = map_mesh(parse_topology("4x4x16"), 16, 16, "x*y,z")
     assert mapping.axes[0].describe()["embedding"] == "snake"
-    sim = Simulation(load_hardware("tpuv4"), mapping)
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(load_hardware("tpuv4"), mapping))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
 
     def program(dev: Device):  # type: ignore[no-untyped-def]
         mine = np.array([[float(dev.rank(0)), float(dev.chip_id)]])

@@ -114,7 +114,8 @@ def test_dimensional_des_equals_twin(spec: str, rows: int, cols: int, axis_map: 
     mapping = _place(spec, rows, cols, axis_map)
     described = mapping.axes[1].describe()
     assert (described["size"], described["physical"], described["embedding"]) == (cols, physical, "snake")
-    result = simulate_collective(CollectiveSpec(op, 1, UNIT * cols, ring, chunks), PROFILES[hardware], mapping)
+    result = simulate_collective(CollectiveSpec(op, 1, UNIT * cols, ring, chunks),
+                                 network_for(PROFILES[hardware], mapping))
     kind = "whole parts one way" if ring is Ring.UNIDIRECTIONAL else "halves both ways"
     assert result.schedule == (f"dimensional over {'*'.join(physical)}: {len(physical)} parts in rotated axis "
                                f"orders, {kind}")
@@ -150,7 +151,8 @@ HAND_AG = {
 def test_dimensional_all_gather_is_the_hand_sum_of_its_phases(spec: str, cols: int, ring: Ring) -> None:
     embedding = next(e for e in EMBEDDINGS if e[0] == spec and e[2] == cols)
     mapping = _place(spec, embedding[1], cols, embedding[3])
-    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, UNIT * cols, ring), WIRE, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, UNIT * cols, ring),
+                                 network_for(WIRE, mapping))
     expected = HAND_AG[(spec, cols, ring)](UNIT)
     assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
@@ -164,7 +166,7 @@ def test_dimensional_reduce_scatter_on_tpuv4_by_hand() -> None:
     x = 16 * UNIT
     t1, t2 = x / 16, x / 64  # bytes per direction per step in each phase (half of the unit)
     expected = (O_RS + 3 * (t1 / B + STEP + A + t1 * PASSES / HBM) + 3 * (t2 / B + STEP + A + t2 * PASSES / HBM))
-    result = simulate_collective(CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, x), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, x), network_for(TPUV4, mapping))
     assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
 
@@ -181,7 +183,7 @@ def test_snake_switch_runs_the_one_ring(spec: str, rows: int, cols: int, axis_ma
                                         ring: Ring) -> None:
     mapping = _place(spec, rows, cols, axis_map)
     assert mapping.axes[1].describe()["max_hops"] == 1  # every snake here is one hop per step: the twin holds
-    result = simulate_collective(CollectiveSpec(op, 1, UNIT * cols, ring), SNAKE[hardware], mapping)
+    result = simulate_collective(CollectiveSpec(op, 1, UNIT * cols, ring), network_for(SNAKE[hardware], mapping))
     one_way = ring is Ring.UNIDIRECTIONAL
     assert result.schedule == ("ring, whole shards one way" if one_way else "ring, halves both ways")
     _assert_twin(result)
@@ -213,8 +215,8 @@ def test_dimensional_all_gather_reaches_the_four_link_bound() -> None:
     7 + 7 hop latencies of the two phases' ring steps. The snake uses 2 of the 4 links: twice the bytes on each."""
     mapping = _place("4x8x8", 4, 64)
     spec = CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 64_000_000)
-    dimensional = simulate_collective(spec, WIRE, mapping)
-    snake = simulate_collective(spec, SNAKE["tpuv4-wire"], mapping)
+    dimensional = simulate_collective(spec, network_for(WIRE, mapping))
+    snake = simulate_collective(spec, network_for(SNAKE["tpuv4-wire"], mapping))
     bound = 63 / 64 * 64e6 / (4 * BW) + (7 + 7) * A
     _assert_twin(dimensional)
     _assert_twin(snake)
@@ -231,13 +233,14 @@ def test_dimensional_all_gather_reaches_the_four_link_bound() -> None:
 # -- 3. pipelined broadcast ----------------------------------------------------------------------------------
 def test_pipelined_broadcast_reaches_the_cut_through_bound() -> None:
     mapping = _place("torus:32", 1, 32)
-    pipelined = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000), WIRE, mapping)
+    pipelined = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000), network_for(WIRE, mapping))
     bound = 8e6 / BW + 16 * A  # the farther half of a bidirectional 32-ring is 16 hops away
     _assert_twin(pipelined)
     assert pipelined.chunks > 1
     assert pipelined.schedule == f"pipelined chain, {pipelined.chunks} chunks"
     assert bound <= pipelined.time_s <= 1.1 * bound
-    whole = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000, chunks=1), WIRE, mapping)
+    whole = simulate_collective(CollectiveSpec(CollectiveOp.BROADCAST, 1, 8_000_000, chunks=1),
+                                network_for(WIRE, mapping))
     _assert_twin(whole)
     assert whole.time_s == pytest.approx(16 * (8e6 / BW + A), rel=1e-9)  # store-and-forward, 16 hops
     assert whole.time_s >= 5 * pipelined.time_s
@@ -280,17 +283,17 @@ def test_tpuv4_rooted_schedule_is_the_faster_closed_form(op: CollectiveOp) -> No
     assert small_chain < small_split and big_split < big_chain
     assert small_chain == pytest.approx(_chain_by_hand(op, 3.2e6, 16, small_chunks), rel=1e-12)
 
-    small = simulate_collective(CollectiveSpec(op, 1, 3_200_000), TPUV4, mapping)
+    small = simulate_collective(CollectiveSpec(op, 1, 3_200_000), network_for(TPUV4, mapping))
     assert (small.schedule, small.chunks) == (f"pipelined chain, {small_chunks} chunks", small_chunks)
     assert small.analytic_time_s == pytest.approx(small_chain, rel=1e-12)
     _assert_twin(small)
 
-    big = simulate_collective(CollectiveSpec(op, 1, 8_000_000), TPUV4, mapping)
+    big = simulate_collective(CollectiveSpec(op, 1, 8_000_000), network_for(TPUV4, mapping))
     assert (big.schedule, big.chunks) == (SPLIT_NAMES[op], 1)
     assert big.analytic_time_s == pytest.approx(big_split, rel=1e-12)
     _assert_twin(big)
 
-    forced = simulate_collective(CollectiveSpec(op, 1, 8_000_000, chunks=big_chunks), TPUV4, mapping)
+    forced = simulate_collective(CollectiveSpec(op, 1, 8_000_000, chunks=big_chunks), network_for(TPUV4, mapping))
     assert forced.schedule == f"pipelined chain, {big_chunks} chunks"
     assert forced.analytic_time_s == pytest.approx(_chain_by_hand(op, 8e6, 16, big_chunks), rel=1e-12)
     _assert_twin(forced)
@@ -311,10 +314,10 @@ def test_reduce_scatter_on_a_torus_ring_by_hand(ring: Ring) -> None:
     moved = unit / 2 if ring is Ring.BIDIRECTIONAL else unit
     expected = O_RS + 7 * (moved / B + STEP + A + moved * PASSES / HBM)
     spec = CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, 8 * unit, ring)
-    result = simulate_collective(spec, TPUV4, mapping)
+    result = simulate_collective(spec, network_for(TPUV4, mapping))
     assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
-    free = simulate_collective(spec, _without_reductions(TPUV4), mapping)
+    free = simulate_collective(spec, network_for(_without_reductions(TPUV4), mapping))
     assert result.time_s - free.time_s == pytest.approx(7 * moved * PASSES / HBM, rel=1e-9)
 
 
@@ -326,7 +329,8 @@ def test_chunked_reduce_scatter_by_hand() -> None:
     piece = unit / 2 / 4
     t, p = piece / B + STEP, piece * PASSES / HBM
     expected = O_RS + 6 * max(t + A + p, 4 * t) + 4 * t + A + p
-    result = simulate_collective(CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, 8 * unit, chunks=4), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, 8 * unit, chunks=4),
+                                 network_for(TPUV4, mapping))
     assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
 
@@ -336,11 +340,11 @@ def test_reduce_chain_adds_at_every_hop() -> None:
     every hop; against the same chain with free reductions, 4 hops of one chunk's addition more."""
     mapping = _place("torus:8", 1, 8)
     spec = CollectiveSpec(CollectiveOp.REDUCE, 1, 800_000, chunks=4)
-    result = simulate_collective(spec, TPUV4, mapping)
+    result = simulate_collective(spec, network_for(TPUV4, mapping))
     expected = _chain_by_hand(CollectiveOp.REDUCE, 800_000, 4, 4)
     assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
     assert result.time_s == pytest.approx(expected, rel=1e-9)
-    free = simulate_collective(spec, _without_reductions(TPUV4), mapping)
+    free = simulate_collective(spec, network_for(_without_reductions(TPUV4), mapping))
     assert result.time_s - free.time_s == pytest.approx(4 * 200_000 * PASSES / HBM, rel=1e-9)
 
 
@@ -364,7 +368,7 @@ def test_overlap_limit_serialises_the_collective_gemm_gathers(spec: str, rows: i
     results = {}
     for limit in (1, "unlimited"):
         hw = with_collective_switches(TPUV4, multi_axis=multi_axis, overlap_limit=limit)
-        result = simulate_gemm(problem, "collective", params, hw, mapping, fidelity=Fidelity.FULL)
+        result = simulate_gemm(problem, "collective", params, network_for(hw, mapping), fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
         results[limit] = result
@@ -374,7 +378,7 @@ def test_overlap_limit_serialises_the_collective_gemm_gathers(spec: str, rows: i
     ctx = GemmContext(problem, params, mapping.shape)
     blocks = operand_blocks(problem.x_shape, problem.w_shape, algorithm.sharding(problem, mapping.shape),
                             mapping.shape)
-    costs = CostModel(TPUV4 if multi_axis is MultiAxis.DIMENSIONAL else SNAKE["tpuv4"], mapping)
+    costs = CostModel(network_for(TPUV4 if multi_axis is MultiAxis.DIMENSIONAL else SNAKE["tpuv4"], mapping))
     gathers = {mv.operand: costs.all_gather(ctx.axis(mv.axis), blocks[mv.operand][0] * blocks[mv.operand][1])
                for mv in ctx.roles.gathers}
     assert sorted(gathers) == ["w", "x"] and min(gathers.values()) > 0

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.topology import abstract_mesh
@@ -36,7 +37,7 @@ def test_ring_gather_and_scatter_conserve_bytes(
     shard = 8 * shard_units  # halves and chunks stay whole bytes
     mapping = topology_mesh(f"torus:{n}x{groups}", n, groups)
     assert mapping.axes[0].closed
-    result = simulate_collective(CollectiveSpec(op, 0, n * shard, ring, chunks), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(op, 0, n * shard, ring, chunks), network_for(TPUV4, mapping))
     assert result.groups == groups
     assert result.bytes_sent == groups * n * (n - 1) * shard
     directions = 1 if ring is Ring.UNIDIRECTIONAL else 2
@@ -69,8 +70,8 @@ def test_more_bandwidth_is_never_slower_physical(
     n = mapping.shape[axis]
     destination = offset % n if op is CollectiveOp.SEND_RECV else offset  # a shift distance may be any integer
     spec = CollectiveSpec(op, axis, units * n * n, ring, chunks, root % n, destination)
-    slow = simulate_collective(spec, TPUV4, mapping)
-    fast = simulate_collective(spec, FAST, mapping)
+    slow = simulate_collective(spec, network_for(TPUV4, mapping))
+    fast = simulate_collective(spec, network_for(FAST, mapping))
     assert fast.time_s <= slow.time_s
     assert fast.bytes_sent == slow.bytes_sent
 
@@ -90,6 +91,6 @@ def test_more_bandwidth_is_never_slower_calibrated(
     n = shape[axis]
     spec = CollectiveSpec(op, axis, units * n * n, offset=offset % n)
     mapping = abstract_mesh(*shape)
-    slow = simulate_collective(spec, TPU_FIT, mapping).time_s
-    fast = simulate_collective(spec, FAST_FIT, mapping).time_s
+    slow = simulate_collective(spec, network_for(TPU_FIT, mapping)).time_s
+    fast = simulate_collective(spec, network_for(FAST_FIT, mapping)).time_s
     assert fast <= slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.engine.simulation import Simulation
@@ -46,7 +47,7 @@ def test_worked_number(
     spec: str, rows: int, cols: int, axis_map: str | None, op: CollectiveOp, ring: Ring, formula: float, figure: float
 ) -> None:
     mapping = map_mesh(parse_topology(spec), rows, cols, axis_map)
-    result = simulate_collective(CollectiveSpec(op, 1, int(N), ring), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(op, 1, int(N), ring), network_for(TPUV4, mapping))
     assert result.time_s == pytest.approx(formula, rel=1e-9)
     assert result.analytic_time_s == pytest.approx(formula, rel=1e-9)
     assert round(result.time_s * 1e6, 2) == figure
@@ -55,8 +56,8 @@ def test_worked_number(
 def _dimension_ordered(spec: str, rows: int, cols: int, shard: int, first: int) -> float:
     """Every chip gathers its shard over axis ``first``, then the result over the other axis."""
     mapping = map_mesh(parse_topology(spec), rows, cols)
-    sim = Simulation(TPUV4, mapping)
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(TPUV4, mapping))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
 
     def program(dev: Device):  # type: ignore[no-untyped-def]
         part = yield dev.all_gather(Tensor((shard,), "int8"), axis=first)
@@ -84,7 +85,8 @@ BOOK_SHARD = 1024 * 4096 * 2 // 16  # bf16 [1024, 4096] sharded over X and Y of 
 def test_scaling_book_gather_over_x() -> None:
     mapping = map_mesh(parse_topology("4x4x4"), 4, 16, "x,y*z")
     assert mapping.axes[0].describe()["physical"] == ["x"]
-    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 0, 4 * BOOK_SHARD), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 0, 4 * BOOK_SHARD),
+                                 network_for(TPUV4, mapping))
     assert result.time_s == pytest.approx(3 * (A + BOOK_SHARD / (2 * B)), rel=1e-9)
     assert round(result.time_s * 1e6, 2) == 20.48
 

@@ -6,6 +6,7 @@ import functools
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import CollectiveOp, Ring
@@ -51,7 +52,7 @@ def test_slice_axis_matches_twin(
     if op is CollectiveOp.ALL_TO_ALL and chunks > 1:
         return  # no closed form is claimed
     result = simulate_collective(CollectiveSpec(op, axis, _nbytes(op, size), ring, chunks, root=size - 1),
-                                 TPUV4, mapping)
+                                 network_for(TPUV4, mapping))
     assert result.analytic_time_s is not None
     assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
@@ -65,14 +66,14 @@ def test_slice_roots(
     mapping = topology_mesh(spec, rows, cols, axis_map)
     for root in sorted({0, 1, size // 2, size - 1}):
         result = simulate_collective(CollectiveSpec(op, axis, 1_000_000, root=root, offset=(root + 1) % size),
-                                     TPUV4, mapping)
+                                     network_for(TPUV4, mapping))
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
 
 def test_line_all_gather_is_formula_4(topology_mesh) -> None:
     """A 4-chip line: the end link carries 3 whole shards one way, (p-1)(a + S/B)."""
     mapping = topology_mesh("2x2x4", 4, 4, "x*y,z")
-    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 4_000_000), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 4_000_000), network_for(TPUV4, mapping))
     assert result.time_s == pytest.approx(3 * (1e-6 + 1e6 / 45e9), rel=1e-9)
     assert result.max_link_bytes == 3e6
 
@@ -81,7 +82,8 @@ def test_line_all_gather_is_formula_4(topology_mesh) -> None:
 def test_split_axis_single_message_has_no_claimed_twin(topology_mesh, op: CollectiveOp) -> None:
     mapping = topology_mesh("4x8x8", 16, 16, None)
     assert mapping.axes[1].describe()["embedding"] == "split"
-    result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, chunks=1, root=0, offset=8), TPUV4, mapping)
+    result = simulate_collective(CollectiveSpec(op, 1, 4_000_000, chunks=1, root=0, offset=8),
+                                 network_for(TPUV4, mapping))
     # the message travels 9 links (one 2-hop neighbour route and seven 1-hop ones) in the DES
     assert result.time_s == pytest.approx(9 * (4e6 / 45e9 + 1e-6), rel=1e-9)
     assert result.analytic_time_s is None  # no closed form is claimed for multi-hop embeddings

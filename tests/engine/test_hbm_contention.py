@@ -19,6 +19,7 @@ import pytest
 import simpy
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import HardwareProfile
 from tpusim.engine.chip import Chip
@@ -67,8 +68,8 @@ def test_a_collective_charges_its_bytes_sent_received_and_added(op: CollectiveOp
     """On a ring of p = 4 every member sends and receives (p - 1) shards; a reduce-scatter also adds every byte it
     receives, reading two operands and writing one (3 passes)."""
     shard = 16 * 2**20
-    sim = Simulation(TPUV4, _ring())
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(TPUV4, _ring()))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
 
     def program(dev: Device) -> Generator[simpy.Event, Any, None]:
         if op is CollectiveOp.ALL_GATHER:
@@ -83,8 +84,8 @@ def test_a_collective_charges_its_bytes_sent_received_and_added(op: CollectiveOp
 
 
 def test_a_run_without_compute_may_skip_the_accounting() -> None:
-    sim = Simulation(TPUV4, _ring())
-    CollectiveRuntime(sim, share_hbm=False)
+    sim = Simulation(network_for(TPUV4, _ring()))
+    CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping), share_hbm=False)
     assert sim.hbm is None
 
 
@@ -151,13 +152,14 @@ def _overlapped(hardware: HardwareProfile) -> tuple[float, float, float]:
             ends["gather" if with_gemm else "alone"] = dev.env.now
 
     for with_gemm in (True, False):
-        sim = Simulation(hardware, _ring())
-        run_spmd(sim, CollectiveRuntime(sim), program, lambda dev, w=with_gemm: (w,))  # type: ignore[misc]
+        sim = Simulation(network_for(hardware, _ring()))
+        run_spmd(sim, CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping)), program, lambda dev,
+                 w=with_gemm: (w,))  # type: ignore[misc]
     return ends["gemm"], ends["gather"], ends["alone"]
 
 
 def test_a_gemm_overlapped_with_a_gather_lies_between_its_bounds() -> None:
-    model = Simulation(TPUV4, _ring()).chip_model
+    model = Simulation(network_for(TPUV4, _ring())).chip_model
     uncontended = model.gemm_time(M, N, K)
     own = model.gemm_hbm_bytes(M, N, K)
     assert own / BW > 2 * M * N * K / TPUV4.chip.peak_flops  # HBM-bound, so contention must show
@@ -172,7 +174,7 @@ def test_a_gemm_overlapped_with_a_gather_lies_between_its_bounds() -> None:
 def test_without_contention_the_gemm_keeps_its_uncontended_time(profile: str) -> None:
     hardware = _chip({"hbm_bandwidth": 1e18} if profile == "fast-hbm" else {"dma_hbm_traffic": 0.0})
     gemm, gather, alone = _overlapped(hardware)
-    assert gemm == pytest.approx(Simulation(hardware, _ring()).chip_model.gemm_time(M, N, K), rel=1e-12)
+    assert gemm == pytest.approx(Simulation(network_for(hardware, _ring())).chip_model.gemm_time(M, N, K), rel=1e-12)
     assert gather == alone
 
 
@@ -181,7 +183,7 @@ def test_with_very_fast_hbm_whole_gemms_equal_their_uncontended_twins(algorithm:
     problem = GemmProblem(2048, 8192, 8192, Dataflow.OS)
     params = GemmParams(slices=4, prefetch=Prefetch.PREVIOUS_OP) if algorithm == "meshslice" else GemmParams()
     for hardware in (_chip({"hbm_bandwidth": 1e18}), _chip({"dma_hbm_traffic": 0.0})):
-        result = simulate_gemm(problem, algorithm, params, hardware, _ring(), fidelity=Fidelity.FULL)
+        result = simulate_gemm(problem, algorithm, params, network_for(hardware, _ring()), fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
@@ -193,8 +195,9 @@ def test_contention_slows_an_overlapped_gemm_by_at_most_its_stall(algorithm: str
     accrued, which in turn stays below its DMA bytes over the HBM bandwidth."""
     problem = GemmProblem(65536, 1536, 2048, dataflow)
     params = GemmParams(slices=8) if algorithm == "meshslice" else GemmParams()
-    off = simulate_gemm(problem, algorithm, params, _chip({"dma_hbm_traffic": 0.0}), _ring(), fidelity=Fidelity.FULL)
-    on = simulate_gemm(problem, algorithm, params, TPUV4, _ring(), fidelity=Fidelity.FULL)
+    off = simulate_gemm(problem, algorithm, params, network_for(_chip({"dma_hbm_traffic": 0.0}), _ring()),
+                        fidelity=Fidelity.FULL)
+    on = simulate_gemm(problem, algorithm, params, network_for(TPUV4, _ring()), fidelity=Fidelity.FULL)
     assert off.hbm_stall_s == 0.0 and on.hbm_stall_s > 0.0
     assert off.time_s * 1.001 < on.time_s <= off.time_s + on.hbm_stall_s * (1 + 1e-9)
     assert on.bytes_sent is not None

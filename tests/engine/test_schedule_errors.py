@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tpusim.collectives.device import Device, run_spmd
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
@@ -24,8 +25,8 @@ NETWORKS = {
 def _run(name: str, program) -> tuple[MeshMapping, Simulation]:  # type: ignore[no-untyped-def]
     hardware, build = NETWORKS[name]
     mapping = build()
-    sim = Simulation(load_hardware(hardware), mapping)
-    runtime = CollectiveRuntime(sim)
+    sim = Simulation(network_for(load_hardware(hardware), mapping))
+    runtime = CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping))
     run_spmd(sim, runtime, lambda dev: program(dev), lambda dev: ())
     return mapping, sim
 
@@ -94,8 +95,8 @@ def test_second_call_on_an_axis_joins_the_second_instance() -> None:
         return first.data.tolist(), second.data.tolist(), column.data.tolist()
 
     hardware, build = NETWORKS["torus-4x4"]
-    sim = Simulation(load_hardware(hardware), build())
-    out = run_spmd(sim, CollectiveRuntime(sim), program, lambda dev: ())
+    sim = Simulation(network_for(load_hardware(hardware), build()))
+    out = run_spmd(sim, CollectiveRuntime(sim, network_for(sim.hardware, sim.mapping)), program, lambda dev: ())
     for (_, j), (first, second, column) in out.items():
         assert first == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
         assert second == [6.0, 6.0]

@@ -146,7 +146,7 @@ def test_a_simulated_all_gather_lights_only_its_snake_ring(tmp_path: Path) -> No
     hardware = load_hardware("tpuv4")
     mapping = place_mesh(hardware, 16, 4, topology="4x4x4")
     assert mapping.topology is not None
-    sim = Simulation(hardware, mapping)
+    sim = Simulation(network_for(hardware, mapping))
     network = network_for(hardware, mapping)
     runtime = CollectiveRuntime(sim, network)
     shard = Tensor((4_000_000,), "int8")

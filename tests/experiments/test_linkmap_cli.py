@@ -141,7 +141,7 @@ def test_a_symmetric_run_fills_the_groups_it_did_not_simulate_exactly() -> None:
     mapping = place_mesh(hardware, 16, 4, topology="4x4x4")
 
     def run(representatives: list[tuple[int, int]] | None) -> tuple[np.ndarray, np.ndarray]:
-        sim = Simulation(hardware, mapping)
+        sim = Simulation(network_for(hardware, mapping))
         runtime = CollectiveRuntime(sim, network_for(hardware, mapping), representatives=representatives)
         shard = Tensor((1_000_000,), "int8")
 

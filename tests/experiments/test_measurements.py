@@ -27,7 +27,7 @@ from tpusim.experiments.measurements.convert import row_request
 from tpusim.experiments.measurements.table import COLUMNS, SHIPPED_TABLE, MeasuredRun, read_measurements
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = "tpusim/data/measurements/calibration.csv"
+TABLE = "configs/measurements/calibration.csv"
 SOURCE_SHA256 = "f3513737b9f68fb7dc14c49510507eabf902a742e793009740dfc52d4653df65"
 """sha256 of the published calibration table the shipped file copies, byte for byte."""
 
@@ -52,7 +52,7 @@ def _write(path: Path, header: list[str], body: list[list[str]]) -> None:
 
 def test_the_shipped_table_is_the_published_one_byte_for_byte() -> None:
     assert hashlib.sha256(SHIPPED_TABLE.read_bytes()).hexdigest() == SOURCE_SHA256
-    assert SHIPPED_TABLE == ROOT / TABLE
+    assert SHIPPED_TABLE.resolve() == ROOT / TABLE
 
 
 def test_the_shipped_table_reads_into_eight_typed_rows() -> None:
@@ -96,7 +96,7 @@ def test_a_missing_column_is_one_line(in_tmp: Path, capsys: pytest.CaptureFixtur
     _write(in_tmp / "runs.csv", header[:gone] + header[gone + 1:], [line[:gone] + line[gone + 1:] for line in body])
     assert refusal(capsys, ["validate", "--measurements", "runs.csv", "--json"]) == (
         "measurements file 'runs.csv': missing column 'step_time_s'; valid: every column of the table "
-        "(tpusim/data/measurements/README.md)\n")
+        "(configs/measurements/README.md)\n")
 
 
 @pytest.mark.parametrize(("column", "value", "says"), [

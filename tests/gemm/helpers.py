@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
@@ -19,5 +20,5 @@ def assert_exact_products(algorithm: str, hw: HardwareProfile, mapping: MeshMapp
         for dataflow in Dataflow:
             for transpose in (False, True):
                 problem = GemmProblem(*dims, dataflow, transpose)
-                result = simulate_gemm(problem, algorithm, setting, hw, mapping, verify=True)
+                result = simulate_gemm(problem, algorithm, setting, network_for(hw, mapping), verify=True)
                 assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.gemm.helpers import assert_exact_products
+from tpusim.collectives.factory import network_for
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem
@@ -36,7 +37,7 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
     for dims in (SMALL, LARGE):
         for prefetch in Prefetch:
             problem = GemmProblem(*dims, dataflow)
-            result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), hw, mapping)
+            result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), network_for(hw, mapping))
             assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
 
 
@@ -46,7 +47,7 @@ def test_closed_form(profile_mesh, dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     mesh = (8, 1)
     mapping = profile_mesh(hw, *mesh)[1]
-    costs = CostModel(hw, mapping)
+    costs = CostModel(network_for(hw, mapping))
     m, n, k = LARGE
     p = 8
     if dataflow is Dataflow.RS:  # dW [m, n] = X^T dY, contracting over the batch: put the long dim on k
@@ -55,8 +56,8 @@ def test_closed_form(profile_mesh, dataflow: Dataflow) -> None:
     else:
         g, gather, reduce = costs.gemm(m / p, n, k), costs.all_gather(0, k * n / p), 0.0
     problem = GemmProblem(m, n, k, dataflow)
-    none = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.NONE), hw, mapping).time_s
-    ideal = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping).time_s
+    none = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.NONE), network_for(hw, mapping)).time_s
+    ideal = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.IDEAL), network_for(hw, mapping)).time_s
     assert none == pytest.approx(gather + g + reduce, rel=1e-9)
     assert ideal == pytest.approx(max(gather, g) + reduce, rel=1e-9)
     if dataflow is not Dataflow.RS:

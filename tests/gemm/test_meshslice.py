@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
 from tpusim.experiments.validation import toy_profile
@@ -46,7 +47,7 @@ def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> No
                 # Free dims != sliced dim so a misplaced slice cannot hide behind a square shape.
                 problem = _problem(dataflow, unit * slices, (unit, 2 * unit), transpose)
                 params = GemmParams(prefetch=default_prefetch(hw), slices=slices)
-                result = simulate_gemm(problem, "meshslice", params, hw, mapping, verify=True)
+                result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping), verify=True)
                 assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose, slices)
 
 
@@ -66,7 +67,7 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
     for free, q in REGIMES:
         for slices in range(1, 17):
             problem = _problem(dataflow, unit * slices * q, free)
-            result = simulate_gemm(problem, "meshslice", GemmParams(slices=slices), hw, mapping)
+            result = simulate_gemm(problem, "meshslice", GemmParams(slices=slices), network_for(hw, mapping))
             assert result.analytic_time_s is not None
             assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9), (free, slices)
 
@@ -86,8 +87,9 @@ def test_physical_reduce_scatters_pipeline_below_twin_without_limits(profile_mes
         for slices in (2, 3):
             problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
             params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
-            result = simulate_gemm(problem, "meshslice", params, hw, mapping)
-            gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(hw, mapping))
+            result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping))
+            gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape),
+                                            CostModel(network_for(hw, mapping)))
             assert r > max(*gathers, g)  # the reduce-scatter-bound regime
             assert result.analytic_time_s is not None
             if name == "tpuv4":
@@ -108,8 +110,8 @@ def test_overlap_limit_changes_os_time_by_what_its_twin_says(profile_mesh, limit
     slices = 4
     problem = _problem(Dataflow.OS, 64 * slices, (4096, 2048))
     params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
-    result = simulate_gemm(problem, "meshslice", params, hw, mapping)
-    gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(hw, mapping))
+    result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping))
+    gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(network_for(hw, mapping)))
     assert r == 0 and len(gathers) == 2 and min(gathers) > 0
     c = sum(gathers) if limit == 1 else max(gathers)
     assert result.analytic_time_s == pytest.approx(c + g + (slices - 1) * max(c, g), rel=1e-12)
@@ -143,13 +145,13 @@ def test_worked_examples(profile_mesh, algorithm: str, dataflow: Dataflow, param
     hw = _toy()
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], dataflow)
-    result = simulate_gemm(problem, algorithm, params, hw, mapping)
+    result = simulate_gemm(problem, algorithm, params, network_for(hw, mapping))
     assert result.analytic_time_s is not None
     assert result.analytic_time_s * 1e6 == pytest.approx(total_us, abs=0.01)
     assert result.time_s * 1e6 == pytest.approx(total_us, abs=0.01)
     if terms_us is not None:
         ctx = GemmContext(problem, params, mapping.shape)
-        gathers, r, g = get_algorithm(algorithm).terms(ctx, CostModel(hw, mapping))  # type: ignore[attr-defined]
+        gathers, r, g = get_algorithm(algorithm).terms(ctx, CostModel(network_for(hw, mapping)))  # type: ignore[attr-defined]
         assert [t * 1e6 for t in gathers] == pytest.approx(terms_us[0], abs=0.01)
         assert r * 1e6 == pytest.approx(terms_us[1], abs=0.01)
         assert g * 1e6 == pytest.approx(terms_us[2], abs=0.01)
@@ -159,7 +161,8 @@ def test_mean_overlap_switch_changes_only_the_twin(profile_mesh) -> None:
     hw = _toy()
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], Dataflow.OS)
-    result = simulate_gemm(problem, "meshslice", GemmParams(slices=4, compat_mean_overlap=True), hw, mapping)
+    result = simulate_gemm(problem, "meshslice", GemmParams(slices=4, compat_mean_overlap=True),
+                           network_for(hw, mapping))
     assert result.analytic_time_s is not None
     assert result.analytic_time_s * 1e6 == pytest.approx(4958.31, abs=0.01)
     assert result.time_s * 1e6 == pytest.approx(5002.25, abs=0.01)
@@ -174,8 +177,8 @@ def test_gpt3_ff1_exposed_communication(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     mapping = profile_mesh(hw, 32, 8)[1]
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
-    sliced = simulate_gemm(problem, "meshslice", GemmParams(slices=8), hw, mapping)
-    baseline = simulate_gemm(problem, "collective", GemmParams(prefetch=Prefetch.IDEAL), hw, mapping)
+    sliced = simulate_gemm(problem, "meshslice", GemmParams(slices=8), network_for(hw, mapping))
+    baseline = simulate_gemm(problem, "collective", GemmParams(prefetch=Prefetch.IDEAL), network_for(hw, mapping))
     assert sliced.compute_s == pytest.approx(baseline.compute_s, rel=1e-9)
     assert sliced.exposed_comm_s < 0.25 * baseline.exposed_comm_s
     assert sliced.exposed_comm_s * 1e6 == pytest.approx(833.57, abs=0.01)
@@ -188,7 +191,7 @@ def test_infeasible_slice_count_lists_feasible_ones(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     with pytest.raises(InfeasibleError) as info:
-        simulate_gemm(problem, "meshslice", GemmParams(slices=7), hw, profile_mesh(hw, 32, 8)[1])
+        simulate_gemm(problem, "meshslice", GemmParams(slices=7), network_for(hw, profile_mesh(hw, 32, 8)[1]))
     assert str(info.value).startswith(
         "--slices 7: the sliced dimension k = 12288 is not divisible by lcm(32, 8) x 8 x 7; "
         "feasible slice counts: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48"
@@ -207,9 +210,27 @@ def test_slice_count_below_one(slices: int) -> None:
         get_algorithm("meshslice").check(GemmProblem(256, 256, 256, Dataflow.OS), (4, 4), GemmParams(slices=slices))
 
 
+def test_one_slice_needs_only_the_mesh_to_divide_the_sliced_dimension() -> None:
+    """One slice is the whole block, with no strided runs: k = 80 on 4x4 is no multiple of lcm(4, 4) x 8 = 32, yet
+    one slice runs; two do not."""
+    algorithm = get_algorithm("meshslice")
+    problem = GemmProblem(256, 256, 80, Dataflow.OS)
+    assert algorithm.slice_options(problem, (4, 4), GemmParams()) == [1]
+    algorithm.check(problem, (4, 4), GemmParams(slices=1))
+    with pytest.raises(InfeasibleError, match=r"lcm\(4, 4\) x 8 x 2; feasible slice counts: 1$"):
+        algorithm.check(problem, (4, 4), GemmParams(slices=2))
+
+
 def test_no_feasible_slice_count() -> None:
     with pytest.raises(InfeasibleError, match="feasible slice counts: none"):
-        get_algorithm("meshslice").check(GemmProblem(256, 256, 80, Dataflow.OS), (4, 4), GemmParams(slices=1))
+        get_algorithm("meshslice").check(GemmProblem(256, 256, 82, Dataflow.OS), (4, 4), GemmParams(slices=1))
+
+
+def test_no_feasible_slice_count_when_none_was_asked_for_names_no_flag() -> None:
+    with pytest.raises(InfeasibleError) as info:
+        get_algorithm("meshslice").check(GemmProblem(256, 256, 82, Dataflow.OS), (4, 4), GemmParams())
+    assert str(info.value) == ("meshslice: the sliced dimension k = 82 is not divisible by lcm(4, 4) = 4, so no slice "
+                               "count is feasible; use a multiple of 4")
 
 
 def test_unknown_variant() -> None:
@@ -221,5 +242,5 @@ def test_unknown_variant() -> None:
 def test_slices_rejected_by_collective(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="--slices 4 does not apply to algorithm 'collective'"):
-        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "collective", GemmParams(slices=4), hw,
-                      profile_mesh(hw, 4, 4)[1])
+        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "collective", GemmParams(slices=4),
+                      network_for(hw, profile_mesh(hw, 4, 4)[1]))

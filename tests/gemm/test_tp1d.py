@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithms.ring import RingTerms, ring_terms
@@ -26,7 +27,7 @@ LARGE = (8192, 262144, 262144)  # GeMM-bound steps on the calibrated profile
 def _terms(problem: GemmProblem, hw: HardwareProfile, mapping: MeshMapping) -> RingTerms:
     mesh = mapping.shape
     axis = 0 if mesh[1] == 1 else 1
-    return ring_terms(problem, (None, axis), mesh, CostModel(hw, mapping, problem.dtype))
+    return ring_terms(problem, (None, axis), mesh, CostModel(network_for(hw, mapping), problem.dtype))
 
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
@@ -37,7 +38,7 @@ def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> No
     for dataflow in Dataflow:
         for transpose in (False, True):  # no axis pair to swap: must not change the result
             problem = GemmProblem(*SMALL, dataflow, transpose)
-            result = simulate_gemm(problem, "tp1d", GemmParams(), hw, mapping, verify=True)
+            result = simulate_gemm(problem, "tp1d", GemmParams(), network_for(hw, mapping), verify=True)
             assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
 
 
@@ -61,7 +62,7 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
         terms = _terms(problem, hw, mapping)
         assert (terms.shift > terms.gemm) == shift_bound
         for prefetch in Prefetch:  # no weight gather: the policy must not matter
-            result = simulate_gemm(problem, "tp1d", GemmParams(prefetch=prefetch), hw, mapping)
+            result = simulate_gemm(problem, "tp1d", GemmParams(prefetch=prefetch), network_for(hw, mapping))
             assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
             assert result.time_s == pytest.approx(terms.loop, rel=1e-9)
 
@@ -77,7 +78,7 @@ def test_reference_form_counts_one_extra_roll(profile_mesh, dataflow: Dataflow) 
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mapping)
-        des = simulate_gemm(problem, "tp1d", GemmParams(), hw, mapping).time_s
+        des = simulate_gemm(problem, "tp1d", GemmParams(), network_for(hw, mapping)).time_s
         assert terms.reference() - des == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
     cal = hw.calibration
     assert cal is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile
 from tpusim.errors import ConfigError
@@ -76,7 +77,7 @@ def test_accumulator_precision_shows_in_twin_and_simulation(algorithm: str, data
     problem = GemmProblem(8192, 8192, 512, dataflow)
     times = {}
     for nbytes in (4, 2):
-        result = simulate_gemm(problem, algorithm, params, _chip(accumulator_bytes=nbytes), mapping,
+        result = simulate_gemm(problem, algorithm, params, network_for(_chip(accumulator_bytes=nbytes), mapping),
                                fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
@@ -88,7 +89,7 @@ def test_single_gemm_algorithms_never_accumulate() -> None:
     """The collective 2D GeMM multiplies once: its time does not depend on the accumulator precision."""
     mapping = map_mesh(parse_topology("torus:4x4"), 4, 4)
     problem = GemmProblem(8192, 8192, 512, Dataflow.OS)
-    times = {simulate_gemm(problem, "collective", GemmParams(), _chip(accumulator_bytes=nbytes), mapping,
+    times = {simulate_gemm(problem, "collective", GemmParams(), network_for(_chip(accumulator_bytes=nbytes), mapping),
                            fidelity=Fidelity.FULL).time_s for nbytes in (4, 2)}
     assert len(times) == 1
 
@@ -102,7 +103,7 @@ def test_vector_bound_reductions_show_in_the_reduce_scatter_twin() -> None:
     spec = CollectiveSpec(CollectiveOp.REDUCE_SCATTER, 1, 8 * unit)
     slow_rate = 1e11  # 5 ps per byte against 2.5 ps of HBM passes
     for rate, per_byte in ((None, PASSES / HBM), (2.15e12, PASSES / HBM), (slow_rate, 1 / (2 * slow_rate))):
-        result = simulate_collective(spec, _chip(vector_rate=rate), mapping)
+        result = simulate_collective(spec, network_for(_chip(vector_rate=rate), mapping))
         expected = O_RS + 7 * (moved / LINK + STEP + HOP + moved * per_byte)
         assert result.analytic_time_s == pytest.approx(expected, rel=1e-12)
         assert result.time_s == pytest.approx(expected, rel=1e-9)

@@ -8,11 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from tpusim.config import CalibratedProfile, HardwareProfile, PhysicalProfile
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import EXPERIMENTS, HARDWARE, MODELS
 from tpusim.errors import ConfigError, UnknownNameError, UserError
 from tpusim.hardware import hardware_names, list_hardware, load_hardware, scaled_profile
 
-PACKAGED = Path(__file__).resolve().parents[2] / "tpusim" / "data"
+ROOT = Path(__file__).resolve().parents[2]
 F_EMULATOR = 242 * 1024**4
 
 # A complete physical profile; tests write variants of it to temporary files.
@@ -51,9 +51,11 @@ def _config_error(target: str | Path) -> ConfigError:
 # ---- the shipped profiles
 
 
-def test_named_files_come_from_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_named_files_come_from_the_top_level_folders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a checkout (this test's), the shipped files are the source tree's configs/ and experiments/."""
     monkeypatch.delenv("TPUSIM_CONFIG_DIR", raising=False)
-    assert data_root().resolve() == PACKAGED.resolve()
+    assert [c.root().resolve() for c in (HARDWARE, MODELS, EXPERIMENTS)] == [
+        ROOT / "configs" / "hardware", ROOT / "configs" / "models", ROOT / "experiments"]
 
 
 @pytest.mark.parametrize("make", [lambda root: None, lambda root: (root / "hardware").mkdir()],
@@ -75,7 +77,7 @@ def test_registered_names() -> None:
 
 @pytest.mark.slow
 def test_every_yaml_in_configs_hardware_loads() -> None:
-    files = sorted((PACKAGED / "hardware").glob("*.yaml"))
+    files = sorted((ROOT / "configs" / "hardware").glob("*.yaml"))
     assert files
     for path in files:
         by_path = load_hardware(str(path))
@@ -331,7 +333,8 @@ def test_config_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     _write(folder, "mine", PHYSICAL.format(name="mine", bandwidth="10e9"))
     _write(folder, "kid", "base: mine\nname: kid\ndescription: d\nici: {hop_latency: 2e-6}\n")
     monkeypatch.setenv("TPUSIM_CONFIG_DIR", str(tmp_path))
-    assert data_root() == tmp_path
+    assert (HARDWARE.root(), MODELS.root(), EXPERIMENTS.root()) == (folder, tmp_path / "models",
+                                                                   tmp_path / "experiments")
     assert hardware_names() == ["kid", "mine"]
     kid = load_hardware("kid")
     assert (kid.ici.link_bandwidth, kid.ici.hop_latency) == (10e9, 2e-6)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tpusim.cli.main import main
+from tpusim.collectives.factory import network_for
 from tpusim.config import TransformerModel
 from tpusim.gemm.registry import algorithms
 from tpusim.model.feasibility import parts_for, split_for
@@ -169,7 +170,7 @@ def test_every_block_kind_steps_under_every_algorithm(profile_mesh, name: str, a
     slices = (1, 1, 1, 1) if algorithms()[algorithm].uses_slices else None
     # symmetric wherever it is exact: every algorithm but Cannon and SUMMA, which schedule chips by position
     spec = StepSpec(model, algorithm, 4, slices, fidelity=Fidelity.AUTO)
-    result = simulate_step(spec, hardware, mapping)
+    result = simulate_step(spec, network_for(hardware, mapping))
     assert result.fidelity == ("full" if algorithm in ("cannon", "summa") else "symmetric") and result.feasible
     flops = result.mfu * mesh[0] * mesh[1] * hardware.chip.peak_flops * result.step_time_s
     assert flops == pytest.approx(_model_flops(model, 4), rel=1e-9)

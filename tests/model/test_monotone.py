@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.collectives.physical.network import PhysicalNetwork
 from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
@@ -85,7 +86,7 @@ def step_time(config: Config, hardware: HardwareProfile) -> float:
     mapping = place_mesh(hardware, rows, cols, topology=topology)
     prefetch = config.prefetch if config.prefetch is not None else hardware.prefetch
     spec = StepSpec(TINY, config.algorithm, config.batch, prefetch=prefetch)
-    return simulate_step(spec, hardware, mapping).step_time_s
+    return simulate_step(spec, network_for(hardware, mapping)).step_time_s
 
 
 def check_monotone(config: Config, relaxation: Relaxation, factor: float) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.panels import plan_panel_bytes
 from tpusim import api
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.config import HostSpec, PhysicalProfile, TransformerModel
 from tpusim.engine.host import HostDirection, HostLinks
@@ -88,14 +89,15 @@ def test_each_offloaded_tensor_leaves_after_its_producer_and_returns_before_its_
 def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way() -> None:
     hardware = load_hardware("tpuv4")
     assert isinstance(hardware, PhysicalProfile)
-    result = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), hardware, place_mesh(hardware, 2, 2))
+    result = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1),
+                           network_for(hardware, place_mesh(hardware, 2, 2)))
     per_layer = TOKENS * (512 + 2048) * 2 / 4 / 15.75e9  # x0 and u, a quarter of each per chip
     to_host, from_host, _ = _host_s(result)
     assert to_host == pytest.approx(TINY.layers * per_layer, rel=1e-9)
     assert from_host == pytest.approx(TINY.layers * per_layer, rel=1e-9)
     assert result.switches["remat_offload"] == ["decoder_layer_input", "mlpwi"]
-    every = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1, extrapolate=False), hardware,
-                          place_mesh(hardware, 2, 2))
+    every = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1, extrapolate=False),
+                          network_for(hardware, place_mesh(hardware, 2, 2)))
     assert (result.simulated_layers, every.simulated_layers) == ([2, 3], [6])
     assert result.step_time_s == pytest.approx(every.step_time_s, rel=1e-9)  # the schedule repeats per layer
     assert _host_s(result) == pytest.approx(_host_s(every), rel=1e-9)
@@ -105,8 +107,8 @@ def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way(
 def test_micro_batches_each_move_their_own_activations() -> None:
     hardware = load_hardware("tpuv4")
     assert isinstance(hardware, PhysicalProfile)
-    result = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1, microbatches=2), hardware,
-                           place_mesh(hardware, 2, 2))
+    result = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1, microbatches=2),
+                           network_for(hardware, place_mesh(hardware, 2, 2)))
     # two micro-batches of half the tokens: the same bytes over the step as one batch
     whole = TINY.layers * TOKENS * (512 + 2048) * 2 / 4 / 15.75e9
     assert _host_s(result)[:2] == pytest.approx((whole, whole), rel=1e-9)
@@ -118,8 +120,8 @@ def test_with_a_huge_host_bandwidth_offload_times_as_saving_in_hbm() -> None:
     hardware = _with_host(load_hardware("tpuv4"), 1e9, dma=0)
     assert isinstance(hardware, PhysicalProfile)
     mapping = place_mesh(hardware, 2, 2)
-    saved = simulate_step(_spec(hardware, remat_save=INPUT_AND_FF1), hardware, mapping)
-    offloaded = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), hardware, mapping)
+    saved = simulate_step(_spec(hardware, remat_save=INPUT_AND_FF1), network_for(hardware, mapping))
+    offloaded = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), network_for(hardware, mapping))
     assert offloaded.step_time_s == pytest.approx(saved.step_time_s, rel=1e-9)
     assert "host_wait_s" not in saved.switches
 
@@ -135,7 +137,7 @@ def test_a_tiny_host_bandwidth_makes_the_step_link_bound_as_computed_by_hand() -
     hardware = _with_host(load_hardware("tpuv4"), 1e-3, dma=0)
     assert isinstance(hardware, PhysicalProfile)
     mapping = place_mesh(hardware, 1, 1)
-    saved = simulate_step(_spec(hardware, remat_save=INPUT), hardware, mapping)
+    saved = simulate_step(_spec(hardware, remat_save=INPUT), network_for(hardware, mapping))
     backward = {op.name for op in plan_block(_spec(hardware, remat_save=INPUT), (1, 1))[1]}
     b = sum(row["time_s"] for row in saved.per_layer if row["op"] in backward)
     f = saved.step_time_s / TINY.layers - b
@@ -143,7 +145,8 @@ def test_a_tiny_host_bandwidth_makes_the_step_link_bound_as_computed_by_hand() -
     assert x > 100 * (f + b)
     layers = TINY.layers
     for extrapolate in (True, False):
-        offloaded = simulate_step(_spec(hardware, remat_offload=INPUT, extrapolate=extrapolate), hardware, mapping)
+        offloaded = simulate_step(_spec(hardware, remat_offload=INPUT, extrapolate=extrapolate),
+                                  network_for(hardware, mapping))
         assert offloaded.step_time_s == pytest.approx((2 * layers - 1) * x + 2 * b, rel=1e-9)
         # the wait is the step less its compute, which saving the input in HBM runs without a gap
         assert _host_s(offloaded) == pytest.approx((layers * x, layers * x, offloaded.step_time_s - saved.step_time_s),
@@ -159,8 +162,8 @@ def test_a_slower_host_link_never_speeds_the_step() -> None:
     for factor in (1e3, 1.0, 1e-1, 1e-2):
         hardware = _with_host(base, factor)
         assert isinstance(hardware, PhysicalProfile)
-        times.append(simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), hardware,
-                                   place_mesh(hardware, 2, 2)).step_time_s)
+        times.append(simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1),
+                                   network_for(hardware, place_mesh(hardware, 2, 2))).step_time_s)
     assert times == sorted(times) and times[-1] > times[0]
 
 
@@ -168,8 +171,8 @@ def test_the_copies_dma_slows_the_compute_it_overlaps_in_hbm() -> None:
     hardware = load_hardware("tpuv4")
     assert isinstance(hardware, PhysicalProfile) and hardware.chip.dma_hbm_traffic == 1
     mapping = place_mesh(hardware, 1, 1)
-    saved = simulate_step(_spec(hardware, remat_save=INPUT_AND_FF1), hardware, mapping)
-    offloaded = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), hardware, mapping)
+    saved = simulate_step(_spec(hardware, remat_save=INPUT_AND_FF1), network_for(hardware, mapping))
+    offloaded = simulate_step(_spec(hardware, remat_offload=INPUT_AND_FF1), network_for(hardware, mapping))
     assert saved.hbm_stall_s == 0.0 and offloaded.hbm_stall_s > 0.0
 
 

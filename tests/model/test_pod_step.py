@@ -83,8 +83,8 @@ def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] 
                                         optimizer: bool) -> None:
     mapping = _pod(4, topology="4x4x4")
     spec = StepSpec(TINY, algorithm, BATCH, slices, zero_stage=stage, optimizer=optimizer, microbatches=2)
-    auto = simulate_step(spec, TPUV4, mapping)
-    full = simulate_step(replace(spec, fidelity=Fidelity.FULL), TPUV4, mapping)
+    auto = simulate_step(spec, network_for(TPUV4, mapping))
+    full = simulate_step(replace(spec, fidelity=Fidelity.FULL), network_for(TPUV4, mapping))
     assert (auto.fidelity, full.fidelity) == ("symmetric", "full")
     assert (auto.layout, auto.data_parallel, auto.zero_stage, auto.microbatches) == ("4x4x4", 4, stage, 2)
     _assert_same_step(auto, full, 1e-9)
@@ -97,17 +97,17 @@ def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] 
 def test_symmetric_equals_full_for_1d_replicas(algorithm: str, batch: int, stage: int) -> None:
     mapping = _pod(4, 16, 1, topology="4x4x4")
     spec = StepSpec(TINY16, algorithm, batch, zero_stage=stage, optimizer=True, microbatches=2)
-    auto = simulate_step(spec, TPUV4, mapping)
-    full = simulate_step(replace(spec, fidelity=Fidelity.FULL), TPUV4, mapping)
+    auto = simulate_step(spec, network_for(TPUV4, mapping))
+    full = simulate_step(replace(spec, fidelity=Fidelity.FULL), network_for(TPUV4, mapping))
     assert (auto.fidelity, auto.layout) == ("symmetric", "4x16x1")
     _assert_same_step(auto, full, 1e-9)
 
 
 def test_data_exposure_is_part_of_the_exposed_time_and_zero_without_replicas() -> None:
     spec = StepSpec(TINY, "collective", BATCH, zero_stage=3)
-    alone = simulate_step(spec, TPUV4, place_mesh(TPUV4, 4, 4, topology="torus:4x4"))
+    alone = simulate_step(spec, network_for(TPUV4, place_mesh(TPUV4, 4, 4, topology="torus:4x4")))
     assert alone.exposed_data_comm_s == 0.0 and alone.exposed_comm_s > 0
-    pod = simulate_step(spec, TPUV4, _pod(4, topology="4x4x4"))
+    pod = simulate_step(spec, network_for(TPUV4, _pod(4, topology="4x4x4")))
     assert 0 < pod.exposed_data_comm_s <= pod.exposed_comm_s
     # the replica runs a quarter of the batch, so without the data axis its step would be shorter
     assert pod.step_time_s - pod.exposed_data_comm_s < alone.step_time_s
@@ -140,15 +140,17 @@ def test_simulating_the_touched_replicas_equals_simulating_every_chip(monkeypatc
     overrides = parse_slow_links([f"{_link_of_replica(mapping, replica)}:2" for replica in links], mapping)
     touched = {where[2] for where in slow} | set(links)
     spec = StepSpec(TINY, "collective", 64, zero_stage=stage, optimizer=optimizer, microbatches=microbatches)
-    reduced = simulate_step(spec, TPUV4, mapping, chip_slowdown=slowdown or None, link_overrides=overrides or None)
+    reduced = simulate_step(spec, network_for(TPUV4, mapping, link_overrides=overrides or None),
+                            chip_slowdown=slowdown or None)
     kept = len(touched) + 1
     assert sum(note.startswith(f"{kept} of 8 replicas simulated") for note in reduced.notes) == 1
     monkeypatch.setattr(step_module, "replica_representatives", lambda *args: None)
-    every = simulate_step(spec, TPUV4, mapping, chip_slowdown=slowdown or None, link_overrides=overrides or None)
+    every = simulate_step(spec, network_for(TPUV4, mapping, link_overrides=overrides or None),
+                          chip_slowdown=slowdown or None)
     assert not any("replicas simulated" in note for note in every.notes)
     assert every.fidelity == reduced.fidelity == "full"
     _assert_same_step(reduced, every, 1e-12)
-    assert reduced.step_time_s > simulate_step(spec, TPUV4, mapping).step_time_s  # the slowdown shows
+    assert reduced.step_time_s > simulate_step(spec, network_for(TPUV4, mapping)).step_time_s  # the slowdown shows
 
 
 @pytest.mark.parametrize("algorithm, stage, microbatches", [("summa", 1, 1), ("cannon", 3, 2), ("collective", 0, 2)])
@@ -158,10 +160,10 @@ def test_one_replica_stands_for_all_in_a_full_run(monkeypatch: pytest.MonkeyPatc
     mapping = _pod(4, topology="4x4x4")
     spec = StepSpec(TINY, algorithm, BATCH, zero_stage=stage, optimizer=True, microbatches=microbatches,
                     fidelity=Fidelity.FULL)
-    one = simulate_step(spec, TPUV4, mapping)
+    one = simulate_step(spec, network_for(TPUV4, mapping))
     assert sum(note.startswith("1 of 4 replicas simulated") for note in one.notes) == 1
     monkeypatch.setattr(step_module, "replica_representatives", lambda *args: None)
-    every = simulate_step(spec, TPUV4, mapping)
+    every = simulate_step(spec, network_for(TPUV4, mapping))
     assert not any("replicas simulated" in note for note in every.notes)
     _assert_same_step(one, every, 1e-12)
 
@@ -175,7 +177,7 @@ def test_a_slow_data_axis_link_simulates_every_replica() -> None:
     assert replica_representatives(mapping, None, links) is None
     one = {min(data_links): links[min(data_links)]}
     assert replica_representatives(mapping, {mapping.chip(0, 0, 1): 1.5}, one) is None
-    result = simulate_step(StepSpec(TINY, "collective", 64), TPUV4, mapping, link_overrides=one)
+    result = simulate_step(StepSpec(TINY, "collective", 64), network_for(TPUV4, mapping, link_overrides=one))
     assert result.fidelity == "full"
     assert not any("replicas simulated" in note for note in result.notes)
 
@@ -192,7 +194,7 @@ def _data_calls(stage: int, accumulating: bool) -> tuple[list[DataSyncOp], Count
     spec = StepSpec(TINY, "collective", BATCH // 4, zero_stage=stage, accumulating=accumulating)
     plan = plan_step(spec, mapping.shape, mapping.data, TPUV4.combine_threshold)
     sequence = step_sequence(plan, LAYERS)
-    sim = Simulation(TPUV4, mapping)
+    sim = Simulation(network_for(TPUV4, mapping))
     runtime = CollectiveRuntime(sim, network_for(TPUV4, mapping))
     run_spmd(sim, runtime, step_program, lambda dev: (sequence, plan.gemms, [], PrefetchWindow()))
     records = [record for record in runtime.records if record.call.axis == DATA_AXIS]
@@ -249,8 +251,8 @@ def test_the_tied_embedding_syncs_once_around_the_step() -> None:
                      and op.name == "dp.grads")
     tied = -(-TINY.vocabulary // (128 * 16)) * 128 * 16 * TINY.hidden // 16  # the padded vocabulary's share
     assert embedding.elements == -(-tied // 4) * 4
-    auto = simulate_step(replace(spec, batch=BATCH), TPUV4, mapping)
-    full = simulate_step(replace(spec, batch=BATCH, fidelity=Fidelity.FULL), TPUV4, mapping)
+    auto = simulate_step(replace(spec, batch=BATCH), network_for(TPUV4, mapping))
+    full = simulate_step(replace(spec, batch=BATCH, fidelity=Fidelity.FULL), network_for(TPUV4, mapping))
     _assert_same_step(auto, full, 1e-9)
 
 

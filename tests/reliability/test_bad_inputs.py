@@ -18,7 +18,7 @@ import pytest
 from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
 from tpusim.cli.main import main
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import HARDWARE
 from tpusim.errors import (
     ConfigError,
     InfeasibleError,
@@ -58,7 +58,7 @@ CC = {"hardware": "meshslice-sim", "mesh": "8x8", "axis": 0, "op": "all-gather",
 
 
 def _hardware_with(old: str, new: str) -> str:
-    text = (data_root() / "hardware" / "tpuv4.yaml").read_text()
+    text = (HARDWARE.root() / "tpuv4.yaml").read_text()
     assert old in text
     return text.replace(old, new).replace("name: tpuv4", "name: bad")
 
@@ -188,7 +188,7 @@ CASES = [
          "algorithm 'cannon' needs a square mesh; got 2x4",
          lambda: api.gemm(**{**G, "mesh": "2x4"}, algorithm="cannon"), InfeasibleError),
     Case("slices-without-slicing", [*GEMM, "--algorithm", "cannon", "--slices", "2"],
-         "--slices 2 does not apply to algorithm 'cannon'; only 'meshslice' (its slice count K) and 'summa' (its "
+         "--slices 2 does not apply to algorithm 'cannon'; only 'meshslice' (its slice count S) and 'summa' (its "
          "panel count S) take one", lambda: api.gemm(**G, algorithm="cannon", slices=2), InfeasibleError),
     Case("step-dataflows-count", [*STEP, "--mesh", "16x16", "--chips", "256", "--dataflows", "os,ls"],
          "dataflows 'os,ls' needs 1 or 4 values (qkv, out_proj, ff1, ff2)",

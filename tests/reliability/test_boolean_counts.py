@@ -25,7 +25,7 @@ from tests.small_model import SMALL_MODEL_YAML
 from tpusim import api
 from tpusim.cli.derive import flag_of
 from tpusim.cli.main import main
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import HARDWARE
 from tpusim.config.requests import CollectiveRequest, GemmRequest, Request, StepRequest, TuneRequest
 from tpusim.errors import TpusimError
 
@@ -183,7 +183,7 @@ def test_a_boolean_count_in_a_model_file_is_refused(tmp_path: Path, capsys: pyte
 
 
 def test_a_boolean_count_in_a_hardware_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (data_root() / "hardware" / "tpuv4.yaml").read_text()
+    text = (HARDWARE.root() / "tpuv4.yaml").read_text()
     assert "tensorcores: 2" in text
     path = tmp_path / "bad.yaml"
     path.write_text(text.replace("name: tpuv4", "name: bad").replace("tensorcores: 2", "tensorcores: false"))

@@ -23,7 +23,7 @@ from tests.reliability.files import TINY_GEMM_POINT
 from tpusim import api
 from tpusim.cli.main import main
 from tpusim.config import Point
-from tpusim.config.catalog import data_root
+from tpusim.config.catalog import HARDWARE
 from tpusim.errors import ConfigError, NonFiniteError, UserError
 from tpusim.experiments import spec as spec_module
 from tpusim.experiments.spec import expand, load_experiment
@@ -246,7 +246,7 @@ def test_deep_nesting_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_long_base_chain_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "p0.yaml").write_text((data_root() / "hardware" / "tpuv4.yaml").read_text()
+    (tmp_path / "p0.yaml").write_text((HARDWARE.root() / "tpuv4.yaml").read_text()
                                       .replace("name: tpuv4", "name: p0"))
     for level in range(1, 1200):
         (tmp_path / f"p{level}.yaml").write_text(f"name: p{level}\nbase: p{level - 1}.yaml\n")
@@ -279,7 +279,8 @@ def test_absurd_peak_flops_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize(("argv", "needle"), [
     pytest.param([*GEMM, "--m", "4096", "--n", "4096", "--k", "4096", "--scale-flops", "1e-320", "--json"],
-                 "the result's time_s came out nan: an input makes the times overflow a float; look at scale.flops "
+                 # every panel count overflows; the smallest, one panel, is the one run and named
+                 "the result's time_s came out inf: an input makes the times overflow a float; look at scale.flops "
                  "1e-320, m/n/k 4096/4096/4096, hardware meshslice-sim", id="gemm-flops"),
     pytest.param(["step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--algorithm", "summa", "--mesh", "4x4",
                   "--ignore-memory", "--slow-link", "x:1e308", "--json"],
@@ -336,7 +337,7 @@ def test_results_json_stays_json_when_a_point_overflows(tmp_path: Path) -> None:
     api.run_experiment(path, tmp_path / "out")
     points = _strict_json((tmp_path / "out" / "results.json").read_text())["points"]
     assert points[0]["error"] is None and points[0]["result"]["time_s"] > 0
-    assert points[1]["error"].startswith("the result's time_s came out nan: an input makes the times overflow")
+    assert points[1]["error"].startswith("the result's time_s came out inf: an input makes the times overflow")
 
 
 @pytest.mark.slow

@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from tpusim import api
 from tpusim.cli.main import main
-from tpusim.config import HardwareProfile
-from tpusim.config.catalog import data_root
+from tpusim.config import HardwareProfile, catalog
 from tpusim.errors import TpusimError
 from tpusim.experiments.spec import expand, load_experiment
 from tpusim.hardware import load_hardware
@@ -181,10 +180,10 @@ def test_auto_fidelity_equals_full(case: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------------- mutated YAML
 
-EXPERIMENTS = sorted((data_root() / "experiments").glob("*/experiment.yaml"))
-HARDWARE_FILES = sorted((data_root() / "hardware").glob("*.yaml"))
-MODEL_FILES = sorted((data_root() / "models").glob("*.yaml"))
-SOURCES = [(path, "experiment") for path in EXPERIMENTS] + [(path, "hardware") for path in HARDWARE_FILES] + [
+EXPERIMENT_FILES = sorted(catalog.EXPERIMENTS.root().glob("*/experiment.yaml"))
+HARDWARE_FILES = sorted(catalog.HARDWARE.root().glob("*.yaml"))
+MODEL_FILES = sorted(catalog.MODELS.root().glob("*.yaml"))
+SOURCES = [(path, "experiment") for path in EXPERIMENT_FILES] + [(path, "hardware") for path in HARDWARE_FILES] + [
     (path, "model") for path in MODEL_FILES]
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)

@@ -150,7 +150,9 @@ def test_results_copied_into_another_folder_are_not_believed(folder: Path) -> No
 @pytest.mark.slow
 def test_a_named_profile_edited_between_kill_and_resume_is_refused(folder: Path) -> None:
     data = folder / "data"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "tpusim" / "data", data)
+    root = Path(__file__).resolve().parents[2]
+    for shipped in ("configs/hardware", "configs/models", "experiments"):
+        shutil.copytree(root / shipped, data / Path(shipped).name)
     _killed(folder, "out", 2, **{CONFIG_DIR_ENV: str(data)})
     profile = data / "hardware" / "meshslice-tpu-fit.yaml"
     profile.write_text(profile.read_text().replace("27.472e9", "2.7472e9"))

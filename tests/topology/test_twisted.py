@@ -190,7 +190,7 @@ def test_a_block_of_a_twisted_axis_is_multi_hop_with_no_twin_and_no_symmetric_ru
     assert not mapping.axes[1].pieces[0].is_cyclic(mapping.topology)  # x[::2] would close on a plain 8x8x16
     plain = parse_topology("8x8x16")
     assert map_mesh(plain, 2, 512).axes[1].pieces[0].is_cyclic(plain)
-    assert twin_time(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 512 * SHARD), TPUV4, mapping) is None
+    assert twin_time(CollectiveSpec(CollectiveOp.ALL_GATHER, 1, 512 * SHARD), network_for(TPUV4, mapping)) is None
     assert network_for(TPUV4, mapping).asymmetry(overrides=False) is not None
 
 
@@ -198,8 +198,8 @@ def _all_gather(topology: PhysicalTopology, rows: int, cols: int, axis: int) -> 
     """An all-gather of one SHARD per rank over ``axis`` of a rows x cols mesh, and its links' busy seconds."""
     busy = LinkBusy()
     size = (rows, cols)[axis]
-    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, axis, size * SHARD), TPUV4,
-                                 map_mesh(topology, rows, cols), link_busy=busy)
+    result = simulate_collective(CollectiveSpec(CollectiveOp.ALL_GATHER, axis, size * SHARD),
+                                 network_for(TPUV4, map_mesh(topology, rows, cols)), link_busy=busy)
     return result, busy
 
 

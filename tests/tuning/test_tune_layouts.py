@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
 from tpusim.hardware import load_hardware
@@ -71,7 +72,7 @@ def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]
                     tuple(Dataflow(d) for d in best.dataflows), tuple(best.transposes),
                     recompute=exhaustive.recompute, zero_stage=exhaustive.zero_stage,
                     prefetch=TPUV4.prefetch)  # the profile's policy, which MeshSlice's first slice follows too
-    step = simulate_step(spec, TPUV4, mapping)
+    step = simulate_step(spec, network_for(TPUV4, mapping))
     assert step.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert step.exposed_data_comm_s == pytest.approx(best.exposed_data_comm_s, rel=1e-12)
 

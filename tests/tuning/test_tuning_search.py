@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError
@@ -68,7 +69,7 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
     hardware, loaded = load_hardware("meshslice-tpu-fit"), load_model(model)
     authors = StepSpec(loaded, "meshslice", 256, slices=slices, dataflows=(OS, LS, OS, LS),
                        transposes=(False,) * 4, prefetch=Prefetch.IDEAL, fidelity=Fidelity.AUTO)
-    theirs = simulate_step(authors, hardware, place_mesh(hardware, 32, 8))
+    theirs = simulate_step(authors, network_for(hardware, place_mesh(hardware, 32, 8)))
     ours = tune(TuneSpec(loaded, hardware, 256, ignore_memory=True))
     assert ours.best.step_time_s <= theirs.step_time_s
     assert ours.runner_up is not None and ours.runner_up.mesh != ours.best.mesh
@@ -93,8 +94,8 @@ def test_non_ff_twin_equals_its_simulation(hardware: str, mesh: tuple[int, int])
     profile = load_hardware(hardware)
     mapping = place_mesh(profile, *mesh)
     spec = StepSpec(load_model("gpt3-175b"), "meshslice", 32)
-    assert non_ff_twin(spec, profile, mapping) == pytest.approx(non_ff_time(spec, profile, mapping, Fidelity.AUTO),
-                                                                rel=1e-9)
+    network = network_for(profile, mapping)
+    assert non_ff_twin(spec, network) == pytest.approx(non_ff_time(spec, network, Fidelity.AUTO), rel=1e-9)
 
 
 def test_nothing_fits_names_the_shortfall() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from types import MappingProxyType
 
-from tpusim.cli.common import emit_json, note
+from tpusim.cli.common import emit_json, network_text, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.config.requests import CollectiveRequest
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  bytes sent  {format_size(result.bytes_sent)} over all links; busiest link "
               f"{format_size(result.max_link_bytes or 0)}, {100 * (result.max_link_utilisation or 0):.1f}% busy")
     print(f"  transfers   {result.transfers}   events {result.events}")
-    axis = result.mapping.get(f"axis{result.axis}", {})
-    print(f"  mapping     axis {result.axis}: {axis}")
+    print(f"  schedule    {result.schedule}")
+    print(f"  network     {network_text(result.mapping, None)}")
     for text in result.notes:
         note(text)
     return 0

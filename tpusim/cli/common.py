@@ -38,7 +38,7 @@ def out_dir_arg(text: str) -> Path:
 
 
 def count_arg(flag: str) -> Callable[[str], int]:
-    """An argparse type for counts (chips, K, batch): integers >= 1."""
+    """An argparse type for counts (chips, slice counts, batch): integers >= 1."""
 
     def parse(text: str) -> int:
         try:
@@ -86,6 +86,13 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def print_table(rows: list[tuple[str, ...]], indent: str = "") -> None:
+    """``rows`` (the header first) as left-aligned columns two spaces apart, each line after ``indent``."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
 def note(message: str) -> None:
     """A note for the human on stderr."""
     print(f"note: {message}", file=sys.stderr)
@@ -96,15 +103,36 @@ def stall_text(stall: float | None) -> str:
     return f"   (of which {format_time(stall)} from HBM shared with DMA)" if stall else ""
 
 
-def network_text(mapping: dict[str, Any]) -> str:
-    """Where the logical mesh ran, e.g. ``tpuv4:2x2x4 (axis 0: x,y snake; axis 1: z line)``: a slice chosen by
-    default is named, never silently used."""
+def network_text(mapping: dict[str, Any], multi_axis: str | None) -> str:
+    """Where the logical mesh ran, e.g. ``tpuv4:2x2x4 (axis 0: x*y dimensional; axis 1: z line)``: a slice chosen by
+    default is named, never silently used. An axis of several whole physical axes is named by the schedule its
+    gathers and reductions ran (``multi_axis``: dimensional, or the snake ring); with None, by its axes alone."""
     axes = []
     for axis, key in ((0, "axis0"), (1, "axis1"), ("data", "data")):
         placed = mapping.get(key)
         if placed is None:
             continue
-        physical = ",".join(placed["physical"])
-        axes.append(f"{'axis ' if axis != 'data' else ''}{axis}: {physical + ' ' if physical else ''}"
-                    f"{placed['embedding']}")
+        axes.append(f"{'axis ' if axis != 'data' else ''}{axis}: {_axis_text(placed, multi_axis)}")
     return f"{mapping['topology']} ({'; '.join(axes)})"
+
+
+def _axis_text(placed: dict[str, Any], multi_axis: str | None) -> str:
+    physical, embedding = placed["physical"], placed["embedding"]
+    if embedding == "snake":  # several whole physical axes: how it ran is the multi-axis schedule's to say
+        return "*".join(physical) + ("" if multi_axis is None else f" {multi_axis}")
+    return f"{','.join(physical) + ' ' if physical else ''}{embedding}"
+
+
+def per_layer_text(values: list[Any], sep: str = " ") -> str:
+    """A per-FF-layer list as text, ``8 4 4 8``; ``-`` for a layer without a value."""
+    return sep.join("-" if value is None else str(value) for value in values)
+
+
+def slices_text(slices: list[int | None]) -> str:
+    """A step's slice counts, ``slice counts 8, 4, 4, 8``, or ``not sliced`` for an algorithm that does not slice."""
+    return "not sliced" if all(count is None for count in slices) else f"slice counts {per_layer_text(slices, ', ')}"
+
+
+def throughput_text(tokens_per_s: float, seconds_per_sequence: float) -> str:
+    """``95,411 tokens/s, 21.5 ms per sequence``."""
+    return f"{tokens_per_s:,.0f} tokens/s, {format_time(seconds_per_sequence)} per sequence"

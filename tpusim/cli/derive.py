@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from tpusim.config.requests import Request, Scale, parse_request
+from tpusim.config.requests import Metavar, Request, Scale, parse_request
 
 __all__ = ["add_request_arguments", "flag_of", "request_from_args"]
 
@@ -49,15 +49,34 @@ def _is_list(field: FieldInfo) -> bool:
     return typing.get_origin(field.annotation) is list and field.default_factory is list
 
 
-def _metavar(name: str, field: FieldInfo) -> str:
+def _choices(field: FieldInfo) -> list[str] | None:
+    """The names a field takes: those its schema lists, else those of the choice type inside it."""
+    extra = field.json_schema_extra
+    names = extra.get("enum") if isinstance(extra, dict) else None
+    if isinstance(names, list):
+        return [str(value) for value in names]
     for kind in _types(field.annotation):
         if isinstance(kind, type) and issubclass(kind, Enum):
-            return "{" + ",".join(str(member.value) for member in kind) + "}"
-    return name.upper()
+            return [str(member.value) for member in kind]
+    return None
+
+
+def _declared_metavar(field: FieldInfo) -> str | None:
+    return next((item.text for item in field.metadata if isinstance(item, Metavar)), None)
+
+
+def _metavar(name: str, field: FieldInfo) -> str:
+    declared, choices = _declared_metavar(field), _choices(field)
+    if declared is not None:
+        return declared
+    return "{" + ",".join(choices) + "}" if choices is not None else name.upper()
 
 
 def _help(field: FieldInfo) -> str:
     text = field.description or ""
+    choices = _choices(field)
+    if _declared_metavar(field) is not None and choices is not None:  # the usage shows a list, not the names
+        text += f"; each one of {', '.join(choices)}"
     if field.is_required():
         return text + " (required)"
     default = field.get_default(call_default_factory=True)
@@ -84,8 +103,8 @@ def add_request_arguments(parser: argparse.ArgumentParser, kind: type[Request]) 
         if _is_switch(field):
             parser.add_argument(flag, dest=_dest(name), action="store_true", help=_help(field))
         elif _is_list(field):
-            parser.add_argument(flag, dest=_dest(name), action="append", default=[], metavar=name.upper(),
-                                help=_help(field))
+            parser.add_argument(flag, dest=_dest(name), action="append", default=[],
+                                metavar=_declared_metavar(field) or name.upper(), help=_help(field))
         else:
             parser.add_argument(flag, dest=_dest(name), required=field.is_required(), metavar=_metavar(name, field),
                                 help=_help(field))

@@ -37,9 +37,11 @@ def run(args: argparse.Namespace) -> int:
         emit_json(result.to_dict())
         return 0
     twin = "n/a" if result.analytic_time_s is None else format_time(result.analytic_time_s)
+    sliced = "" if result.slices is None else f", slice count {result.slices}"
     print(f"{result.algorithm} {result.dataflow}{' (transposed)' if result.transpose else ''} "
-          f"M={result.m} N={result.n} K={result.k} on {result.mesh}, {result.hardware}, prefetch {result.prefetch}")
-    print(f"  network         {network_text(result.mapping)}")
+          f"M={result.m} N={result.n} K={result.k} on {result.mesh}{sliced}, {result.hardware}, "
+          f"prefetch {result.prefetch}")
+    print(f"  network         {network_text(result.mapping, result.multi_axis)}")
     print(f"  time            {format_time(result.time_s)}   (closed form {twin})")
     print(f"  compute         {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")
     print(f"  exposed comm    {format_time(result.exposed_comm_s)}")

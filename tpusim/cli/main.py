@@ -42,6 +42,7 @@ COMMANDS = MappingProxyType({
     "schema": ("run", "print the JSON Schema of experiment files"),
     "reproduce": ("reproduce", "run a paper-reproduction family and draw its figure"),
     "validate": ("reproduce", "reference numbers next to simulated ones; exit 3 on a miss"),
+    "summarize": ("summarize", "summarize a trace: exposed communication, overlap, critical path"),
 })
 """Each command's module in ``tpusim.cli`` (whose ``COMMANDS`` gives the command its flags) and its help line."""
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EBADF})

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import count_arg, emit_json, note
+from tpusim.cli.common import count_arg, emit_json, note, print_table
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import PlanRequest
@@ -70,9 +70,7 @@ def _print(result: PlanResult) -> None:
         shape = (c.slice_shape or "-",) if placed else ()
         rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, *shape, format_time(c.step_time_s),
                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.bound))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print_table(rows)
 
 
 COMMANDS = MappingProxyType({"plan": plan_arguments})

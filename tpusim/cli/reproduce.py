@@ -60,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
 def validate(args: argparse.Namespace) -> int:
     from tpusim.config.loader import display_path
     from tpusim.experiments.measurements.compare import compare_measurements, comparison_text, measurements_payload
-    from tpusim.experiments.measurements.table import SHIPPED_TABLE
+    from tpusim.experiments.measurements.table import SHIPPED_TABLE, SHIPPED_TABLE_NAME
     from tpusim.experiments.validation import run_validation
 
     table = args.measurements if args.measurements is not None else SHIPPED_TABLE
     # the table is read (and a bad file refused) before anything is simulated
     measured = compare_measurements(table, args.context)
-    shown = display_path(table) if args.measurements is not None else "tpusim/data/measurements/calibration.csv"
+    shown = display_path(table) if args.measurements is not None else SHIPPED_TABLE_NAME
     if args.measurements is not None:
         if args.json:
             emit_json(measurements_payload(measured, shown))

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from types import MappingProxyType
 
-from tpusim.cli.common import add_trace_arguments, emit_json, network_text, note, stall_text
+from tpusim.cli.common import (
+    add_trace_arguments,
+    emit_json,
+    network_text,
+    note,
+    slices_text,
+    stall_text,
+    throughput_text,
+)
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.link_map import add_link_map_argument, finish_link_map, start_link_map
 from tpusim.cli.progress import Bar
@@ -37,27 +45,33 @@ def run(args: argparse.Namespace) -> int:
     with Bar("piece", delay_s=BAR_DELAY_S) as bar:
         result = run_step(request, args.context, link_busy=link_busy, tracer=tracer,
                           progress=bar.phase if bar.drawn else None)
-    finish_trace(tracer, args.trace, result)
+    chrome = finish_trace(tracer, args.trace, result)
     finish_link_map(link_busy, args.link_map, result.step_time_s,
                     f"{result.model} training step, {result.algorithm} on a {result.layout} "
                     f"{'layout' if result.data_parallel > 1 else 'mesh'}, "
                     f"{result.mapping['topology']}, fidelity {result.fidelity}", result.notes)
     if args.json:
-        emit_json(result.to_dict())
+        fields = result.to_dict()
+        if chrome is not None:  # the summary `tpusim summarize` gives of the file just written
+            from tpusim.experiments.trace_summary import summarize_trace
+
+            fields["summary"] = summarize_trace(chrome, shown=str(args.trace))
+        emit_json(fields)
         return 0
     layout = (f"{result.data_parallel} data-parallel replicas of {result.mesh}, ZeRO {result.zero_stage}"
               if result.data_parallel > 1 else result.mesh)
     print(f"{result.model} on {result.chips} chips ({layout}), {result.algorithm}, {result.hardware}, "
           f"batch {result.batch}, fidelity {result.fidelity}")
-    print(f"  network       {network_text(result.mapping)}")
+    print(f"  network       {network_text(result.mapping, result.multi_axis)}")
     print(f"  step time     {format_time(result.step_time_s)}   MFU {100 * result.mfu:.1f}%   "
           f"HFU {100 * result.hfu:.1f}%")
+    print(f"  throughput    {throughput_text(result.tokens_per_s, result.seconds_per_sequence)}")
     print(f"  compute       {format_time(result.compute_s)}{stall_text(result.hbm_stall_s)}")
     data = (f"   (tensor-parallel {format_time(result.exposed_comm_s - result.exposed_data_comm_s)}, data-parallel "
             f"{format_time(result.exposed_data_comm_s)})" if result.data_parallel > 1 else "")
     print(f"  exposed comm  {format_time(result.exposed_comm_s)}{data}")
     print(f"  idle          {format_time(result.idle_s)}")
-    print(f"  dataflows     {', '.join(result.dataflows)}   slices {result.slices}")
+    print(f"  dataflows     {', '.join(result.dataflows)}   {slices_text(result.slices)}")
     print(f"  memory        {format_size(result.memory_bytes_per_chip)} per chip of "
           f"{format_size(result.memory_capacity_bytes)}{'' if result.memory_feasible else '  (over capacity)'}, "
           f"recompute {result.recompute}, {microbatches_text(result.microbatches)}")

@@ -6,7 +6,7 @@ import argparse
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note
+from tpusim.cli.common import add_trace_arguments, count_arg, emit_json, note, per_layer_text, print_table
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import TuneRequest
@@ -60,13 +60,11 @@ def _print(result: TuneResult) -> None:
     # the slice each mesh is placed on, where there is one (a calibrated profile has none)
     placed = result.best.slice_shape is not None
     rows: list[tuple[str, ...]] = [("", "mesh", *(("slice",) if placed else ()), "dataflows", "transposed", "slices",
-                                    "step time", "MFU", "HFU")]
+                                    "step time", "tokens/s", "per sequence", "MFU", "HFU")]
     for label, choice in (("best", result.best), ("runner-up", result.runner_up)):
         if choice is not None:
             rows.append(_row(label, choice, placed))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print_table(rows)
     skipped = sum(1 for m in result.meshes if m.status == "skipped")
     simulated = sum(1 for m in result.meshes if m.status == "simulated")
     shapes = len({m.slice_shape for m in result.meshes})
@@ -79,9 +77,9 @@ def _print(result: TuneResult) -> None:
 
 def _row(label: str, choice: Choice, placed: bool) -> tuple[str, ...]:
     transposed = " ".join("T" if t else "-" for t in choice.transposes)
-    slices = " ".join("-" if k is None else str(k) for k in choice.slices)
     shape = (choice.slice_shape or "-",) if placed else ()
-    return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, slices, format_time(choice.step_time_s),
+    return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, per_layer_text(choice.slices),
+            format_time(choice.step_time_s), f"{choice.tokens_per_s:,.0f}", format_time(choice.seconds_per_sequence),
             f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")
 
 

@@ -39,13 +39,20 @@ class RunAccount:
     exposed_dcn: float = 0.0  # the part of ``parts.exposed`` only DCN collectives were in flight for
 
 
-def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool) -> RunAccount:
-    """The account of a finished run."""
+def account(sim: Simulation, runtime: CollectiveRuntime, *, symmetric: bool, chip: int | None = None) -> RunAccount:
+    """The account of a finished run: its breakdown is that of the critical chip, ``chip`` where given (runs
+    extrapolated from one another must account the same chip), else the slowest ``--slow-chip`` straggler (it
+    gates the run; the neighbour waiting on its last collective may finish an instant later), else the chip that
+    finished last (the lowest id among equals)."""
     elapsed = float(sim.now)
-    finish = {chip.id: max((end for _, end in chip.spans), default=0.0) for chip in sim.chips}
-    for chip, spans in runtime.comm_spans.items():
-        finish[chip] = max(finish.get(chip, 0.0), max(end for _, end in spans))
-    critical = max(finish, key=lambda c: (finish[c], -c)) if finish else 0
+    finish = {c.id: max((end for _, end in c.spans), default=0.0) for c in sim.chips}
+    for member, spans in runtime.comm_spans.items():
+        finish[member] = max(finish.get(member, 0.0), max(end for _, end in spans))
+    slowed = {c: factor for c, factor in sim.chips.slowdown.items() if factor > 1.0 and c in finish}
+    if chip is None and slowed:
+        chip = min(slowed, key=lambda c: (-slowed[c], c))
+    critical = chip if chip is not None and chip in finish else (
+        max(finish, key=lambda c: (finish[c], -c)) if finish else 0)
     mxu = sim.chips[critical].spans
     comm = runtime.comm_spans.get(critical, [])
     totals = runtime.network.totals(sim, elapsed)

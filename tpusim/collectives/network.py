@@ -67,6 +67,14 @@ class Network(ABC):
         self.context = context if context is not None else Context()
         self.link_overrides = dict(link_overrides or {})
 
+    def over(self, mapping: MeshMapping) -> Network:
+        """The model of the same profile over another placement, on the same context, without link overrides
+        (which name this placement's links): one replica's R x C mesh of a pod layout, or the one-hop relaxation
+        the tuner bounds multi-hop embeddings with. This model where it already is that one."""
+        if mapping is self.mapping and not self.link_overrides:
+            return self
+        return type(self)(self.hardware, mapping, context=self.context)
+
     @classmethod
     @abstractmethod
     def place(cls, hardware: HardwareProfile, rows: int, cols: int, *, topology: str | None = None,

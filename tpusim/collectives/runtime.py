@@ -24,7 +24,6 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import DcnFabric
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.handles import Pending, PendingTimeout
 from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
@@ -58,19 +57,20 @@ class _Instance:
     handles: dict[int, Pending] = field(default_factory=dict)
     chips: dict[int, int] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)  # by rank: the traced name, with the op that issued it
+    joined: dict[int, float] = field(default_factory=dict)  # by rank, in a traced run: when the chip joined
 
 
 class CollectiveRuntime:
-    """The collectives of one simulation, on ``network`` (default: the one the simulation's profile describes).
+    """The collectives of one simulation, on ``network``, the request's model the simulation was built on.
 
     ``share_hbm``: charge the DMA to the chips' HBM where the profile asks for contention
     (docs/chip.md#hbm-contention); a run without compute has nothing for it to slow and may skip the accounting."""
 
-    def __init__(self, sim: Simulation, network: Network | None = None, *, ring: Ring = Ring.BIDIRECTIONAL,
+    def __init__(self, sim: Simulation, network: Network, *, ring: Ring = Ring.BIDIRECTIONAL,
                  chunks: int = 0, representatives: Sequence[tuple[int, ...]] | None = None,
                  share_hbm: bool = True) -> None:
         self.sim = sim
-        self.network = network = network if network is not None else network_for(sim.hardware, sim.mapping)
+        self.network = network
         self.representatives = None if representatives is None else tuple(dict.fromkeys(representatives))
         self.representative = self.representatives is not None
         self._expected: dict[tuple[int, int], int] = {}
@@ -163,6 +163,8 @@ class CollectiveRuntime:
         axis, group, _ = key
         joined_at = sim.env.now
         handle.callbacks.append(lambda _: self._spent(chip, axis, joined_at, sim.env.now))
+        if sim.tracer is not None:
+            instance.joined[rank] = joined_at
         instance.inputs[rank] = tensor
         instance.handles[rank] = handle
         instance.chips[rank] = chip
@@ -258,7 +260,8 @@ class CollectiveRuntime:
                 sim.waiting.pop(chip, None)
                 if sim.tracer is not None:
                     sim.tracer.collective(chip, call.axis, str(call.op), instance.names.get(rank, str(call.op)),
-                                          record.start, when, call.nbytes, instance.group)
+                                          record.start, when, call.nbytes, instance.group,
+                                          record.start - instance.joined.get(rank, record.start))
                 instance.handles[rank].succeed(outputs[rank])
 
             env.timeout(max(when - env.now, 0.0)).callbacks.append(fire)

@@ -16,19 +16,15 @@ import simpy
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
+from tpusim.collectives.network import Network
 from tpusim.collectives.operations import operation
 from tpusim.collectives.runtime import CollectiveRuntime
-from tpusim.config import HardwareProfile
-from tpusim.engine.context import Context
-from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
-from tpusim.topology import MeshMapping
 from tpusim.vocabulary import CollectiveOp, Ring
 
 GROUP_TENSOR_OPS = (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER, CollectiveOp.ALL_REDUCE,
@@ -107,10 +103,10 @@ def member_tensor(spec: CollectiveSpec, n: int) -> Tensor:
     return Tensor((per_member,), "int8")
 
 
-def twin_time(spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
-    """The closed form of ``spec`` on one group of ``mapping``'s axis."""
-    n = mapping.shape[spec.axis]
-    return network_for(hardware, mapping).twin(_call(spec, member_tensor(spec, n)))
+def twin_time(spec: CollectiveSpec, network: Network) -> float | None:
+    """The closed form of ``spec`` on one group of its axis of ``network``'s mapping."""
+    n = network.mapping.shape[spec.axis]
+    return network.twin(_call(spec, member_tensor(spec, n)))
 
 
 def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
@@ -119,16 +115,15 @@ def _call(spec: CollectiveSpec, tensor: Tensor) -> CollectiveCall:
 
 
 def simulate_collective(
-    spec: CollectiveSpec, hardware: HardwareProfile, mapping: MeshMapping, *, tracer: Tracer | None = None,
-    chip_slowdown: dict[int, float] | None = None, link_overrides: dict[int, LinkOverride] | None = None,
-    context: Context | None = None, link_busy: LinkBusy | None = None,
+    spec: CollectiveSpec, network: Network, *, tracer: Tracer | None = None,
+    chip_slowdown: dict[int, float] | None = None, link_busy: LinkBusy | None = None,
 ) -> CollectiveResult:
-    """Every chip issues ``spec`` on its group of ``spec.axis``; time it and account the links (per link into
-    ``link_busy`` when given)."""
+    """Every chip of ``network`` (the request's model, with its link overrides) issues ``spec`` on its group of
+    ``spec.axis``; time it and account the links (per link into ``link_busy`` when given)."""
+    hardware, mapping = network.hardware, network.mapping
     n = mapping.shape[spec.axis]
     tensor = member_tensor(spec, n)
-    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=chip_slowdown)
-    network = network_for(hardware, mapping, context=context, link_overrides=link_overrides)
+    sim = Simulation(network, tracer=tracer, chip_slowdown=chip_slowdown)
     runtime = CollectiveRuntime(sim, network, ring=spec.ring, chunks=spec.chunks, share_hbm=False)  # no compute
     call = _call(spec, tensor)
 
@@ -147,7 +142,7 @@ def simulate_collective(
     totals = network.totals(sim, elapsed)
     if totals is None:
         notes.append("abstract calibrated network: no per-link accounting")
-    if link_overrides:
+    if network.link_overrides:
         notes.append("per-link overrides: the closed form describes the network without them")
     if mapping.axes[spec.axis].max_hops > 1:
         notes.append("ring neighbours are several hops apart; routes of different groups may share links")

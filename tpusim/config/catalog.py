@@ -1,10 +1,12 @@
-"""Where named files live: the hardware profiles, models and experiments that ship inside the package.
+"""Where named files live: the hardware profiles, models, experiments and measured runs that ship with tpusim.
 
-tpusim installs its profiles, models and experiment families as package data (``tpusim/data/``), read through
-``importlib.resources``, so names such as ``tpuv4``, ``gpt3-175b`` or ``headline`` resolve from any folder
-after a plain ``pip install``. ``$TPUSIM_CONFIG_DIR`` replaces that folder with a user's own tree of the same
-layout (``hardware/*.yaml``, ``models/*.yaml``, ``experiments/<name>/experiment.yaml``). A user's file is always
-taken by path: anything that ends in ``.yaml``/``.yml`` or contains a path separator.
+They sit at the top of the source tree, in ``configs/`` (``hardware/``, ``models/``, ``measurements/``) and
+``experiments/``, where a user finds them to copy and edit. A wheel carries that one copy as
+``tpusim/_shipped/configs`` and ``tpusim/_shipped/experiments`` (the mapping is in setup.py); ``shipped`` is the
+one place that finds them, inside the installed package or else in the source tree (a checkout, an editable
+install), so names such as ``tpuv4``, ``gpt3-175b`` or ``headline`` resolve from any folder. ``$TPUSIM_CONFIG_DIR``
+replaces them with a user's own tree (``hardware/*.yaml``, ``models/*.yaml``, ``experiments/<name>/experiment.yaml``).
+A user's file is always taken by path: anything that ends in ``.yaml``/``.yml`` or contains a path separator.
 """
 
 from __future__ import annotations
@@ -16,29 +18,31 @@ from pathlib import Path
 
 from tpusim.errors import ConfigError, unknown_name
 
-__all__ = ["CONFIG_DIR_ENV", "EXPERIMENTS", "HARDWARE", "MODELS", "TRUSTED_DIRS_ENV", "Catalog", "data_root",
-           "inside_trusted", "looks_like_path", "trusted_folders"]
+__all__ = ["CONFIG_DIR_ENV", "EXPERIMENTS", "HARDWARE", "MODELS", "SHIPPED_IN_PACKAGE", "TRUSTED_DIRS_ENV", "Catalog",
+           "inside_trusted", "looks_like_path", "shipped", "trusted_folders"]
 
 CONFIG_DIR_ENV = "TPUSIM_CONFIG_DIR"
 TRUSTED_DIRS_ENV = "TPUSIM_TRUSTED_DIRS"
 """Folders (separated by ``os.pathsep``) from which experiments and profiles may reference files by path, besides
-their own folder and the packaged data (docs/results.md#files-an-experiment-names)."""
+their own folder and the shipped files (docs/results.md#files-an-experiment-names)."""
+SHIPPED_IN_PACKAGE = "_shipped"
+"""The folder of the installed package that holds the source tree's ``configs/`` and ``experiments/``."""
 
 
-def data_root() -> Path:
-    """The folder named files come from: ``$TPUSIM_CONFIG_DIR`` if set, else the package's own data."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        return Path(override)
-    packaged = files("tpusim") / "data"
-    if not isinstance(packaged, Path):  # a zipped install: its files are not on disk
-        raise ConfigError(f"tpusim's packaged data is not a folder on disk ({packaged}); install tpusim unzipped")
-    return packaged
+def shipped(relative: str) -> Path:
+    """A shipped file or folder, named by its path from the top of the source tree
+    (``configs/hardware``, ``experiments``, ``configs/measurements/calibration.csv``)."""
+    package = files("tpusim")
+    if not isinstance(package, Path):  # a zipped install: its files are not on disk
+        raise ConfigError(f"tpusim's shipped files are not on disk ({package}); install tpusim unzipped")
+    installed = package / SHIPPED_IN_PACKAGE
+    return (installed if installed.is_dir() else package.parent) / relative
 
 
 def trusted_folders() -> list[Path]:
-    """The packaged (or ``$TPUSIM_CONFIG_DIR``) data and every folder in ``$TPUSIM_TRUSTED_DIRS``, resolved."""
-    folders = [data_root()]
+    """The shipped folders (or ``$TPUSIM_CONFIG_DIR``) and every folder in ``$TPUSIM_TRUSTED_DIRS``, resolved."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    folders = [Path(override)] if override else [shipped("configs"), shipped("experiments")]
     folders += [Path(entry) for entry in os.environ.get(TRUSTED_DIRS_ENV, "").split(os.pathsep) if entry]
     return [folder.resolve() for folder in folders]
 
@@ -64,10 +68,14 @@ class Catalog:
 
     what: str
     folder: str
+    home: str
+    """Where the shipped files are, from the top of the source tree."""
     entry: str | None = None
 
     def root(self) -> Path:
-        return data_root() / self.folder
+        """``$TPUSIM_CONFIG_DIR/<folder>`` if the variable is set, else the shipped folder."""
+        override = os.environ.get(CONFIG_DIR_ENV)
+        return Path(override) / self.folder if override else shipped(self.home)
 
     def names(self) -> list[str]:
         """The names available, sorted; an error when the folder is missing, unreadable or empty."""
@@ -98,15 +106,15 @@ class Catalog:
         return Path(name_or_path) if looks_like_path(name_or_path) else self.path(name_or_path)
 
     def shown(self, path: Path) -> str:
-        """How messages name ``path``: relative to the catalog for its own files (``hardware/tpuv4.yaml``)."""
+        """How messages name ``path``: ``<folder>/<file>`` for the catalog's own files (``hardware/tpuv4.yaml``)."""
         try:
-            return str(path.resolve().relative_to(data_root().resolve()))
+            return str(Path(self.folder) / path.resolve().relative_to(self.root().resolve()))
         except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
             from tpusim.config.loader import display_path
 
             return display_path(path)
 
 
-HARDWARE = Catalog("hardware profile", "hardware")
-MODELS = Catalog("model", "models")
-EXPERIMENTS = Catalog("experiment", "experiments", "experiment.yaml")
+HARDWARE = Catalog("hardware profile", "hardware", "configs/hardware")
+MODELS = Catalog("model", "models", "configs/models")
+EXPERIMENTS = Catalog("experiment", "experiments", "experiments", "experiment.yaml")

@@ -1,4 +1,4 @@
-"""Models of a hardware profile file (``tpusim/data/hardware/*.yaml``): chip, ICI and calibration constants.
+"""Models of a hardware profile file (``configs/hardware/*.yaml``): chip, ICI and calibration constants.
 
 Values are SI (FLOP/s, bytes, B/s, seconds). A *physical* profile describes links and hops; a *calibrated*
 profile carries instead the per-op, per-axis constants (beta, lambda, alpha) of the MeshSlice authors' cost
@@ -9,6 +9,7 @@ model, which run the network as one abstract ring per logical axis. Which one a 
 from __future__ import annotations
 
 import math
+import typing
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -31,6 +32,7 @@ __all__ = [
     "PhysicalProfile",
     "ProfileDocument",
     "SliceRules",
+    "kind_defaults",
 ]
 
 Count = Annotated[int, WHOLE_NUMBER, Field(ge=1)]
@@ -389,3 +391,11 @@ class CalibratedProfile(HardwareProfile):
 
 ProfileDocument = Annotated[PhysicalProfile | CalibratedProfile, Field(discriminator="kind")]
 """A profile file: physical or calibrated according to its ``kind``."""
+
+
+def kind_defaults(field: str) -> list[tuple[str, object]]:
+    """(kind, value) for each kind of profile that gives ``field`` a default, e.g. ``[("physical",
+    Prefetch.PREVIOUS_GEMM), ("calibrated", Prefetch.IDEAL)]``: what help texts quote as the profile's default."""
+    return [(typing.get_args(model.model_fields["kind"].annotation)[0], model.model_fields[field].default)
+            for model in (PhysicalProfile, CalibratedProfile)
+            if field in model.model_fields and not model.model_fields[field].is_required()]

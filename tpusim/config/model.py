@@ -1,4 +1,4 @@
-"""Models of a transformer model file (``tpusim/data/models/*.yaml``): the dimensions that generate the workload,
+"""Models of a transformer model file (``configs/models/*.yaml``): the dimensions that generate the workload,
 and the one home of the counts derived from them (parameters, FLOPs; docs/workloads.md#model-files)."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, Self
 
@@ -23,7 +24,7 @@ from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from tpusim.config.hardware import HardwareProfile
+from tpusim.config.hardware import HardwareProfile, kind_defaults
 from tpusim.config.layout import FSDP_ZERO_STAGE, parse_layout
 from tpusim.config.loader import FrozenModel, Problem, first_error, problem, render_problem
 from tpusim.config.model import TransformerModel
@@ -61,6 +62,7 @@ __all__ = [
     "REQUESTS",
     "CollectiveRequest",
     "GemmRequest",
+    "Metavar",
     "PlanRequest",
     "Request",
     "Scale",
@@ -73,6 +75,24 @@ _SHOWN_CHARACTERS = 40
 
 FF_LAYERS = ("qkv", "out_proj", "ff1", "ff2")
 """The four feed-forward layers of a transformer block, in order; per-layer settings follow this order."""
+
+
+@dataclass(frozen=True)
+class Metavar:
+    """How the command line shows a field's value in its usage, where the type alone would mislead (a per-layer
+    list is not one choice); put it in the field's ``Annotated``."""
+
+    text: str
+
+    @classmethod
+    def per_layer(cls, one: str) -> Metavar:
+        """One value for all four FF layers, or one each: ``DF[,DF,DF,DF]``."""
+        return cls(f"{one}[,{','.join([one] * (len(FF_LAYERS) - 1))}]")
+
+    @classmethod
+    def several(cls, one: str) -> Metavar:
+        """Any number of values, comma-separated: ``NAME[,NAME...]``."""
+        return cls(f"{one}[,{one}...]")
 
 
 # ---------------------------------------------------------------------------------------------- field types
@@ -353,8 +373,39 @@ TuneZeroStage = Annotated[int | Literal["any"], BeforeValidator(_zero_stage_or_a
                           Field(json_schema_extra={"enum": [*ZERO_STAGES, EVERY_ZERO_STAGE]})]
 Axis = Annotated[Literal[0, 1], BeforeValidator(_axis)]
 DataflowName = Annotated[Dataflow, BeforeValidator(_choice(Dataflow))]
+WHOLE_STEP_FIDELITIES = (Fidelity.AUTO, Fidelity.FULL, Fidelity.SYMMETRIC)
+"""The fidelities a whole step is timed at: a step has no closed form, so ``analytic`` is not among them."""
+
+
+def _offered(offered: tuple[Fidelity, ...], what: str) -> Callable[[Any], Fidelity]:
+    one = _choice(Fidelity)
+
+    def check(value: Any) -> Fidelity:
+        fidelity = Fidelity(one(value))
+        if fidelity not in offered:
+            raise problem(f"is not offered for {what}; valid: {', '.join(offered)}")
+        return fidelity
+
+    return check
+
+
 FidelityName = Annotated[Fidelity, BeforeValidator(_choice(Fidelity))]
+StepFidelityName = Annotated[Fidelity, BeforeValidator(_offered(WHOLE_STEP_FIDELITIES, "a whole step (it has no "
+                                                                                       "closed form)")),
+                             Field(json_schema_extra={"enum": [str(f) for f in WHOLE_STEP_FIDELITIES]})]
 PrefetchName = Annotated[Prefetch, BeforeValidator(_choice(Prefetch))]
+
+
+def _profile_default(field: str) -> str:
+    """What each kind of profile uses for ``field`` unless the profile says otherwise, read from the profile
+    models: "the profile's: previous-gemm on physical profiles, ideal on calibrated ones"."""
+    shown = [f"{value} on {kind} profiles" if number == 0 else f"{value} on {kind} ones"
+             for number, (kind, value) in enumerate(kind_defaults(field))]
+    return f"default: the profile's, {', '.join(shown)}"
+
+
+PrefetchField = Annotated[PrefetchName | None, Field(description="when a data-independent gather may run "
+                                                                 f"({_profile_default('prefetch')})")]
 RecomputeName = Annotated[Recompute, BeforeValidator(_choice(Recompute))]
 AttentionName = Annotated[Attention, BeforeValidator(_choice(Attention))]
 PrecisionName = Annotated[Precision, BeforeValidator(_choice(Precision))]
@@ -365,10 +416,10 @@ PrecisionField = Annotated[PrecisionName, Field(description="GeMM precision: bf1
 # fields that step and tune requests share, described once
 RecomputeField = Annotated[RecomputeName, Field(description="activation recomputation: auto (the least that fits "
                                                             "in HBM), none, selective, minimal, full, custom")]
-Activations = Annotated[tuple[Activation, ...], BeforeValidator(_activations),
+Activations = Annotated[tuple[Activation, ...], BeforeValidator(_activations), Metavar.several("NAME"),
                         Field(json_schema_extra={"type": "array", "items": {"enum": Activation.names()}})]
 RematSaveField = Annotated[Activations, Field(description="under --recompute custom: activations saved in HBM, "
-                                              "comma-separated: " + ", ".join(Activation.names()))]
+                                              "comma-separated")]
 RematOffloadField = Annotated[Activations, Field(description="under --recompute custom: activations written to host "
                                                  "memory in forward and read back for backward")]
 AttentionField = Annotated[AttentionName, Field(description="attention core: unfused (scores and probabilities "
@@ -434,7 +485,7 @@ class Request(FrozenModel):
     scale: Scale = Field(Scale(), description="multipliers on the profile's constants")
     multi_axis: MultiAxisName | None = Field(None, description="collectives over a logical axis of several "
                                              "physical axes: dimensional (every link) or snake (one ring); "
-                                             "default: the profile's")
+                                             f"{_profile_default('multi_axis')}")
     overlap_limit: OverlapLimit | None = Field(None, description="all-gathers, reduce-scatters and all-reduces "
                                                "each in flight per chip: an integer >= 1 or 'unlimited'; "
                                                "default: the profile's")
@@ -501,8 +552,7 @@ class _Algorithm(_OnMesh):
 
     algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
     variant: str | None = Field(None, description="algorithm variant (cannon: textbook, bidirectional-halves)")
-    prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run: none, "
-                                          "previous-op, window or ideal (default: the profile's)")
+    prefetch: PrefetchField = None
 
 
 class GemmRequest(_Algorithm):
@@ -513,7 +563,8 @@ class GemmRequest(_Algorithm):
     m: GemmDim = Field(description="output rows M")
     n: GemmDim = Field(description="output columns N")
     k: GemmDim = Field(description="contraction dimension K")
-    slices: Slices | None = Field(None, description="MeshSlice slice count K")
+    slices: Annotated[Slices | None, Metavar("S")] = Field(
+        None, description="slice count S: MeshSlice's slices, SUMMA's panels (default: the fastest feasible)")
     block: Count = Field(8, description="MeshSlice strided-slice run length")
     transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
     dtype: Dtype = Field("bf16", description="element type being timed")
@@ -548,16 +599,19 @@ class StepRequest(_Algorithm):
     layout: str | None = Field(None, description="named layout instead of mesh: name=value,... with data, fsdp "
                                "(ZeRO 3 replicas), tensor (T or RxC) on a slice's ICI and dcn_data or dcn_fsdp "
                                "(slices over DCN), e.g. 'fsdp=16,tensor=8' or 'dcn_data=2,fsdp=4,tensor=4x4'")
-    slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_limited("slices")))] = Field(
-        None, description="MeshSlice K: one for all four FF layers, or K1,K2,K3,K4 (default: the fastest per layer)")
+    slices: Annotated[Count | list[Count] | None, BeforeValidator(_per_layer(_limited("slices"))),
+                      Metavar.per_layer("S")] = Field(
+        None, description="slice count S (MeshSlice's slices, SUMMA's panels): one for all four FF layers, or one "
+                          "per layer, e.g. 8,4,4,8 (default: the fastest per layer)")
     dataflows: Annotated[DataflowName | list[DataflowName] | None,
-                         BeforeValidator(_per_layer(_choice(Dataflow)))] = Field(
-        None, description="per FF layer (qkv,out_proj,ff1,ff2), e.g. os,ls,os,ls (default: the heuristic)")
-    transposes: Annotated[Flag | list[Flag] | None, BeforeValidator(_per_layer(_flag))] = Field(
-        None, description="per FF layer 0/1, e.g. 0,0,0,0")
+                         BeforeValidator(_per_layer(_choice(Dataflow))), Metavar.per_layer("DF")] = Field(
+        None, description="dataflow DF: one for all four FF layers, or one per layer (qkv,out_proj,ff1,ff2), e.g. "
+                          "os,ls,os,ls (default: the heuristic)")
+    transposes: Annotated[Flag | list[Flag] | None, BeforeValidator(_per_layer(_flag)), Metavar.per_layer("T")] = Field(
+        None, description="transposition T, 0 or 1: one for all four FF layers, or one per layer, e.g. 0,0,1,0")
     batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
-    fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full or "
-                                   "symmetric")
+    fidelity: StepFidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full "
+                                       "or symmetric")
     recompute: RecomputeField = Recompute.AUTO
     remat_save: RematSaveField = ()
     remat_offload: RematOffloadField = ()
@@ -570,8 +624,8 @@ class StepRequest(_Algorithm):
                                       "state")
     ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
                                 "means none)")
-    allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, nearest K "
-                                   "below) and mark it")
+    allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, the "
+                                   "nearest feasible slice count below) and mark it")
     all_layers: Flag = Field(False, description="simulate every layer instead of extrapolating")
     embedding: Flag = Field(False, description="include the embedding and LM head")
     optimizer: Flag = Field(False, description="include the Adam update")
@@ -675,8 +729,7 @@ class TuneRequest(Request):
     batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
     topology: Topology | None = Field(None, description="physical network (default: the TPUv4 slice for the chip "
                                       "count)")
-    prefetch: PrefetchName | None = Field(None, description="when a data-independent gather may run (default: the "
-                                          "profile's)")
+    prefetch: PrefetchField = None
     prefetch_window: PrefetchWindowField = 1
     prefetch_budget: PrefetchBudgetField = None
     recompute: RecomputeField = Recompute.AUTO
@@ -686,9 +739,9 @@ class TuneRequest(Request):
                                        "fit under full recomputation when nothing fits the whole batch)")
     attention: AttentionField = Attention.UNFUSED
     precision: PrecisionField = Precision.BF16
-    fidelity: FidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where exact, "
-                                   "else full), symmetric or full")
-    dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow))] = Field(
+    fidelity: StepFidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where "
+                                       "exact, else full), symmetric or full")
+    dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow)), Metavar.several("DF")] = Field(
         tuple(Dataflow), description="the dataflows each FF layer may use, comma-separated")
     exhaustive: Flag = Field(False, description="simulate every feasible candidate instead of pruning with the "
                              "closed forms")

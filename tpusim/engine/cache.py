@@ -38,8 +38,8 @@ from tpusim.files import FileRefused, UnsafePathError, read_bounded, target_kind
 from tpusim.keys import KEY_NAME, folder_key, keyed_digest, verified
 
 _MEMORY_ENTRIES = 4096
-_FORMAT = 5  # 5: step memory counts GeMM panels (4: keyed digests; 3: step results carry named_layout); older
-# entries are misses
+_FORMAT = 6  # 6: step results carry tokens_per_s and seconds_per_sequence; 5: step memory counts GeMM panels
+# (4: keyed digests; 3: step results carry named_layout); older entries are misses
 
 
 def _default(value: Any) -> Any:

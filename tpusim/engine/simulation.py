@@ -1,6 +1,7 @@
 """One simulated run: a SimPy environment, the chips, the tracer and the programs the chips run.
 
-A ``Simulation`` is built from a hardware profile and a logical-mesh mapping. It owns every piece of state one run
+A ``Simulation`` is built on the request's network model (``Placement``: the hardware profile and the logical-mesh
+mapping it holds). It owns every piece of state one run
 changes: the chips, the tracer, the HBM the DMA shares, each chip's host link (``host``), and the network's run
 state: the directed links (``links``, idle ones built by the network model when the collective runtime starts),
 the calibrated network's channels, and the group collectives starting at this instant. The network model itself
@@ -13,7 +14,7 @@ are SimPy processes started with ``start``; ``run`` advances time until every pr
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Hashable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 
@@ -28,6 +29,17 @@ from tpusim.engine.trace import Tracer
 from tpusim.errors import DeadlockError
 from tpusim.hardware import ChipModel
 from tpusim.topology import MeshMapping
+
+
+class Placement(Protocol):
+    """What a run needs of the network model it runs on (``tpusim.collectives.network.Network`` is one)."""
+
+    @property
+    def hardware(self) -> HardwareProfile: ...
+
+    @property
+    def mapping(self) -> MeshMapping: ...
+
 
 RankDone = Callable[[int, float], None]
 """Called once per rank of a group collective with the simulated time its data is complete."""
@@ -68,16 +80,15 @@ class Simulation:
 
     def __init__(
         self,
-        hardware: HardwareProfile,
-        mapping: MeshMapping,
+        network: Placement,
         *,
         tracer: Tracer | None = None,
         chip_slowdown: Mapping[int, float] | None = None,
     ) -> None:
         self.env = CountingEnvironment()
-        self.hardware = hardware
+        self.hardware = hardware = network.hardware
         self.chip_model = ChipModel(hardware.chip)
-        self.mapping = mapping
+        self.mapping = mapping = network.mapping
         self.topology = mapping.topology
         self.tracer = tracer
         self.chips = ChipTable(mapping.num_chips, dict(chip_slowdown or {}))

@@ -65,6 +65,8 @@ class Tensor:
     def strided_indices(self, dim: int, k: int, slices: int, block: int) -> np.ndarray:
         """Local indices of slice ``k``: runs of ``block`` elements strided by ``block * slices``."""
         length = self.shape[dim]
+        if slices == 1:  # the one slice is the whole dimension, whatever the run length
+            return np.arange(length)
         period = block * slices
         if length % period:
             raise ValueError(f"dimension of {length} is not divisible by block*slices = {period}")
@@ -75,7 +77,7 @@ class Tensor:
         """Slice ``k`` of ``slices`` in MeshSlice's strided layout along ``dim``."""
         shape = list(self.shape)
         shape[dim] = self.shape[dim] // slices
-        if self.shape[dim] % (block * slices):
+        if slices > 1 and self.shape[dim] % (block * slices):
             raise ValueError(f"dimension of {self.shape[dim]} is not divisible by block*slices")
         data = None
         if self.data is not None:

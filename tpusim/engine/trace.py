@@ -131,9 +131,11 @@ class Tracer:
             self.record(chip, HBM_STALL, f"{name} HBM stall", end - stall, end, stall_s=stall)
 
     def collective(self, chip: int, axis: int, op: str, name: str, start: float, end: float, nbytes: float,
-                   group: int) -> None:
-        """A collective from its start to the moment ``chip`` had its data."""
-        self.record(chip, collective_track(axis), name, start, end, op=op, bytes=nbytes, group=group)
+                   group: int, waited: float = 0.0) -> None:
+        """A collective from its start to the moment ``chip`` had its data; ``waited``: the seconds ``chip`` had
+        waited for the group's other members before the start (recorded where there were any)."""
+        more: dict[str, object] = {"waited_s": waited} if waited > SETTLED else {}
+        self.record(chip, collective_track(axis), name, start, end, op=op, bytes=nbytes, group=group, **more)
 
     def starting(self, axis: int, op: str, name: str) -> None:
         """A collective starts on the network: its link program's transfers carry ``name``."""
@@ -271,10 +273,11 @@ class Tracer:
                            "ts": _us(min(max(hop.arrival, start), end)), **common})
         return events
 
-    def write(self, path: Path) -> None:
-        """Write the trace to ``path`` atomically."""
-        text = json.dumps(self.to_chrome(), separators=(",", ":"), allow_nan=False)
-        write_atomic(path, text, "trace file")
+    def write(self, path: Path) -> dict[str, Any]:
+        """Write the trace to ``path`` atomically; returns the object written (``to_chrome``)."""
+        chrome = self.to_chrome()
+        write_atomic(path, json.dumps(chrome, separators=(",", ":"), allow_nan=False), "trace file")
+        return chrome
 
 
 def _us(seconds: float) -> float:

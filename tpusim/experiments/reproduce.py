@@ -1,6 +1,6 @@
 """``tpusim reproduce``: run a paper-reproduction family and write its table and figure.
 
-Family ``X`` runs the packaged experiment ``X`` (``tpusim/data/experiments/X/experiment.yaml``) into
+Family ``X`` runs the packaged experiment ``X`` (``experiments/X/experiment.yaml``) into
 ``DIR/X/`` (results.csv, results.json, run_meta.json) and writes ``DIR/X/X.csv`` and ``DIR/X/X.png``.
 ``--hardware`` replaces every point's profile. ``quick`` keeps every family and every point and relies on
 symmetric fidelity, layer extrapolation, caching and analytic pruning; without it, tune points search

@@ -97,6 +97,8 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("hbm_stall_s", "gemm step"),
         ("mfu", "step tune"),
         ("hfu", "step tune"),
+        ("tokens_per_s", "step tune"),
+        ("seconds_per_sequence", "step tune"),
         ("fidelity", "collective gemm step tune"),
         ("mesh", "gemm step tune"),
         ("slice_shape", "tune"),
@@ -136,8 +138,9 @@ _RESULT_COLUMNS: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("search_space", "tune"),
     ))
 _FROM_BEST = frozenset({"step_time_s", "estimate_step_s", "compute_s", "exposed_comm_s", "exposed_data_comm_s",
-                        "mfu", "hfu", "fidelity", "mesh", "slice_shape", "data_parallel", "dataflows", "transposes",
-                        "slices", "memory_bytes_per_chip", "memory_feasible", "feasible"})
+                        "mfu", "hfu", "tokens_per_s", "seconds_per_sequence", "fidelity", "mesh", "slice_shape",
+                        "data_parallel", "dataflows", "transposes", "slices", "memory_bytes_per_chip",
+                        "memory_feasible", "feasible"})
 """Fields of a tune point taken from its ``best`` choice: the configuration that ran, with its resolved fidelity
 (the tune result's own ``fidelity`` is the one requested, already in ``point.fidelity``)."""
 

@@ -12,7 +12,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from tpusim.collectives.factory import place_mesh
+from tpusim.collectives.factory import network_for, place_mesh
 from tpusim.collectives.simulate import CollectiveResult, CollectiveSpec, simulate_collective
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import (
@@ -42,6 +42,7 @@ from tpusim.vocabulary import ZERO_STAGES, Activation, CollectiveOp, Dataflow, P
 
 if TYPE_CHECKING:
     from tpusim.collectives.link_busy import LinkBusy
+    from tpusim.collectives.network import Network
     from tpusim.gemm.simulate import GemmResult
     from tpusim.model.step import StepResult, StepSpec
     from tpusim.tuning.plan import PlanResult
@@ -97,21 +98,25 @@ def model_of(model: str | TransformerModel, context: Context | None = None) -> T
     return load_model(model) if context is None else context.loaded("model", model, load_model)
 
 
-def _placed(request: _OnMesh, context: Context | None) -> tuple[HardwareProfile, MeshMapping]:
+def _placed(request: _OnMesh, context: Context | None) -> Network:
+    """The request's network model: its profile over its placed mesh, with its slow links, on ``context`` (the
+    one model every simulation of the request runs on)."""
     profile = request_hardware(request, context)
     rows, cols = request.shape
-    return profile, place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map,
-                               data=request.data, data_axes=getattr(request, "data_axes", None))
+    mapping = place_mesh(profile, rows, cols, topology=request.topology, axis_map=request.axis_map,
+                         data=request.data, data_axes=getattr(request, "data_axes", None))
+    return network_for(profile, mapping, context=context,
+                       link_overrides=parse_slow_links(request.slow_links, mapping) or None)
 
 
 def _prefetch(hardware: HardwareProfile, prefetch: Prefetch | None) -> Prefetch:
     return prefetch if prefetch is not None else hardware.prefetch
 
 
-def _check_links(profile: HardwareProfile, mapping: MeshMapping, link_busy: LinkBusy | None) -> None:
+def _check_links(network: Network, link_busy: LinkBusy | None) -> None:
     """Link busy times need directed links: refuse before simulating on an abstract calibrated network."""
-    if link_busy is not None and mapping.topology is None:
-        raise UserError(f"--link-map: hardware {profile.name!r} is an abstract calibrated network without "
+    if link_busy is not None and network.mapping.topology is None:
+        raise UserError(f"--link-map: hardware {network.hardware.name!r} is an abstract calibrated network without "
                         "directed links; use a physical profile (e.g. tpuv4, see 'tpusim list hardware')")
 
 
@@ -119,17 +124,17 @@ def _check_links(profile: HardwareProfile, mapping: MeshMapping, link_busy: Link
 def run_collective(request: CollectiveRequest, context: Context | None = None,
                    tracer: Tracer | None = None, link_busy: LinkBusy | None = None) -> CollectiveResult:
     """One collective on every group of ``request.axis`` (its per-link busy seconds into ``link_busy``)."""
-    profile, mapping = _placed(request, context)
-    _check_links(profile, mapping, link_busy)
+    network = _placed(request, context)
+    profile, mapping = network.hardware, network.mapping
+    _check_links(network, link_busy)
     axis = mapping.axes[request.axis]
     check_collective_memory(CollectiveOp(request.op), mapping.num_chips, axis.size, request.chunks, profile.most_chunks,
                             closed=all(group.closed for group in axis.groups[:1]), ring=Ring(request.ring))
     spec = CollectiveSpec(request.op, request.axis, int(parse_size(request.bytes)), request.ring, request.chunks or 0,
                           request.root, request.offset)
-    return simulate_collective(spec, profile, mapping, tracer=tracer,
+    return simulate_collective(spec, network, tracer=tracer,
                                chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                               link_overrides=parse_slow_links(request.slow_links, mapping) or None,
-                               context=context, link_busy=link_busy)
+                               link_busy=link_busy)
 
 
 @finite_result  # every number finite, whatever the inputs (docs/limits.md#finite-results)
@@ -141,19 +146,34 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     from tpusim.gemm.params import GemmParams
     from tpusim.gemm.registry import get_algorithm
     from tpusim.gemm.simulate import simulate_gemm
+    from tpusim.tuning.slices import fastest_slice_count
 
-    name = get_algorithm(request.algorithm).name
-    profile, mapping = _placed(request, context)
+    algorithm = get_algorithm(request.algorithm)
+    name = algorithm.name
+    network = _placed(request, context)
+    profile, mapping = network.hardware, network.mapping
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
-    _check_links(profile, mapping, link_busy)
+    _check_links(network, link_busy)
     _check_tracer(tracer, mapping)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
-    result = simulate_gemm(problem, name, params, profile, mapping, verify=request.verify, seed=request.seed,
-                           tracer=tracer, fidelity=request.fidelity, context=context, link_busy=link_busy,
-                           chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                           link_overrides=parse_slow_links(request.slow_links, mapping) or None)
+    slow_chips = parse_slow_chips(request.slow_chips, mapping.num_chips) or None
+
+    def time(candidate: GemmProblem, with_params: GemmParams) -> float:
+        return simulate_gemm(candidate, name, with_params, network, fidelity=request.fidelity,
+                             chip_slowdown=slow_chips).time_s
+
+    chosen = None
+    if request.slices is None and algorithm.uses_slices:  # as a step does: the fastest feasible slice count
+        chosen = fastest_slice_count(algorithm, [problem], mapping.shape, params, time)
+        if chosen is not None:
+            params = replace(params, slices=chosen[0])
+    result = simulate_gemm(problem, name, params, network, verify=request.verify, seed=request.seed,
+                           tracer=tracer, fidelity=request.fidelity, link_busy=link_busy, chip_slowdown=slow_chips)
+    if chosen is not None and len(chosen[1]) > 1:
+        result.notes.append(f"slice count {chosen[0]} chosen, the fastest of the feasible "
+                            f"{', '.join(map(str, chosen[1]))}")
     if request.compat_mean_overlap:
         result.notes.append("analytic_time_s uses the simulation-branch (a+b)/2 compatibility rule")
     return result
@@ -180,10 +200,11 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
     from tpusim.model.step import StepSpec, micro_panels, simulate_step
 
     transformer = model_of(request.model, context)
-    profile, mapping = _placed(request, context)
+    network = _placed(request, context)
+    profile, mapping = network.hardware, network.mapping
     check_offload(request.remat_offload, profile)
     check_step_memory(mapping, request.fidelity)
-    _check_links(profile, mapping, link_busy)
+    _check_links(network, link_busy)
     _check_tracer(tracer, mapping)
     algorithm = get_algorithm(request.algorithm)
     slices = _per_layer(request.slices)
@@ -216,26 +237,24 @@ def run_step(request: StepRequest, context: Context | None = None, link_busy: Li
                     prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
                     remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
                     dcn_slices=slices_over_dcn, dcn_sharded=request.dcn_sharded)
-    spec = _sliced(spec, slices, algorithm.uses_slices, profile, mapping, context, progress)
+    spec = _sliced(spec, slices, algorithm.uses_slices, network, progress)
     if not request.ignore_memory and (request.recompute is Recompute.AUTO or request.microbatches is None):
         # the open choices are made again with the GeMM panels of the plan they led to (model.working_set)
-        refit = fit(panel_bytes=micro_panels(spec, profile, mapping))
+        refit = fit(panel_bytes=micro_panels(spec, network))
         if (refit.recompute, refit.microbatches) != (spec.recompute, spec.microbatches):
             spec = replace(spec, recompute=refit.recompute, microbatches=refit.microbatches, slices=slices)
-            spec = _sliced(spec, slices, algorithm.uses_slices, profile, mapping, context, progress)
+            spec = _sliced(spec, slices, algorithm.uses_slices, network, progress)
     if progress is not None:
         progress("simulating the step", 0, 1)
-    result = simulate_step(spec, profile, mapping,
+    result = simulate_step(spec, network,
                            chip_slowdown=parse_slow_chips(request.slow_chips, mapping.num_chips) or None,
-                           link_overrides=parse_slow_links(request.slow_links, mapping) or None, context=context,
                            link_busy=link_busy, tracer=tracer)
     if progress is not None:
         progress("simulating the step", 1, 1)
     return result
 
 
-def _sliced(spec: StepSpec, slices: tuple[int, ...] | None, sliced: bool, profile: HardwareProfile,
-            mapping: MeshMapping, context: Context | None,
+def _sliced(spec: StepSpec, slices: tuple[int, ...] | None, sliced: bool, network: Network,
             progress: Callable[[str, int, int], None] | None) -> StepSpec:
     """``spec`` with its slice counts: those asked for, or with none asked each FF layer's fastest feasible K on
     this mesh (reported in ``slices``) where the algorithm slices."""
@@ -244,7 +263,7 @@ def _sliced(spec: StepSpec, slices: tuple[int, ...] | None, sliced: bool, profil
     from tpusim.tuning.slices import best_slices
 
     chosen = None if progress is None else partial(progress, "choosing slice counts per layer")
-    return replace(spec, slices=best_slices(spec, profile, mapping, context, chosen))
+    return replace(spec, slices=best_slices(spec, network, chosen))
 
 
 def _check_dcn(request: StepRequest, profile: HardwareProfile, slices: int) -> None:

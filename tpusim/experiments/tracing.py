@@ -40,13 +40,15 @@ def check_trace_chips(tracer: Tracer | None, chips: int, mesh: str) -> None:
         raise UserError(f"trace chips: chip {missing} does not exist on the {mesh} mesh; valid: 0-{chips - 1}")
 
 
-def finish_trace(tracer: Tracer | None, path: str | Path | None, result: Any) -> None:
-    """Write the trace (atomically: a whole file or none) and say so in the result's notes."""
+def finish_trace(tracer: Tracer | None, path: str | Path | None, result: Any) -> dict[str, Any] | None:
+    """Write the trace (atomically: a whole file or none) and say so in the result's notes; returns the Chrome
+    trace object written (None without a trace)."""
     if tracer is None or path is None:
-        return
+        return None
     try:
-        tracer.write(Path(path))
+        chrome = tracer.write(Path(path))
     except OSError as error:  # a full disk, a file size limit, a read-only file system: the run's result stands
         raise OutputPathError(f"cannot write the trace file {str(path)!r}: {error.strerror or error}; an earlier file "
                               "there is unchanged") from None
     result.notes.append(f"trace written to {path}")
+    return chrome

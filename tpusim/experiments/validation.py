@@ -116,10 +116,10 @@ def checks() -> list[Check]:
     dims = {"m": 65536, "n": 32768, "k": 8192}
     for label, algorithm, dataflow, slices, reference in (
         ("Collective OS (worked example)", "collective", "os", None, 6424.31),
-        ("MeshSlice OS, K=4 (worked example)", "meshslice", "os", 4, 5002.25),
+        ("MeshSlice OS, S=4 (worked example)", "meshslice", "os", 4, 5002.25),
         ("SUMMA OS, S=8 (worked example)", "summa", "os", None, 4750.59),
         ("Collective LS (worked example)", "collective", "ls", None, 12464.11),
-        ("MeshSlice LS, K=4 (worked example)", "meshslice", "ls", 4, 9808.78),
+        ("MeshSlice LS, S=4 (worked example)", "meshslice", "ls", 4, 9808.78),
     ):
         simulated, _ = _gemm(toy, "8x4", algorithm, dataflow, slices=slices, prefetch="ideal", **dims)
         add(Check(label, reference, simulated, 5e-6))

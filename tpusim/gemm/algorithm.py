@@ -26,7 +26,7 @@ from tpusim.gemm.sharding import Sharding, operand_blocks, two_d
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp
 
-SLICED = "only 'meshslice' (its slice count K) and 'summa' (its panel count S) take one"
+SLICED = "only 'meshslice' (its slice count S) and 'summa' (its panel count S) take one"
 """Which built-in algorithms take ``--slices``: the end of the refusal every other one gives."""
 DOUBLE_BUFFERED = 2
 """Buffers of one stream a pipelined program holds at once: the one in use and the next, arriving meanwhile."""

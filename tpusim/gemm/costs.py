@@ -11,11 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpusim.collectives.call import CollectiveCall
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import Network
-from tpusim.config import HardwareProfile
 from tpusim.hardware import ChipModel
-from tpusim.topology import MeshMapping
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp, Ring
 
@@ -25,16 +22,14 @@ class NoClosedForm(Exception):
 
 
 class CostModel:
-    """Uncontended times on one hardware profile and one mesh mapping (on ``network``, the request's model of
-    them, where the caller has one)."""
+    """Uncontended times on ``network``, the request's model of one hardware profile and one mesh mapping."""
 
-    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, dtype: str = "bf16", *,
-                 network: Network | None = None, compute_slowdown: float = 1.0) -> None:
-        self.hardware = hardware
+    def __init__(self, network: Network, dtype: str = "bf16", *, compute_slowdown: float = 1.0) -> None:
+        self.hardware = hardware = network.hardware
         self.compute_slowdown = compute_slowdown
         """Factor on every local product's time (a straggler's ``--slow-chip`` factor)."""
-        self.mapping = mapping
-        self.network = network if network is not None else network_for(hardware, mapping)
+        self.mapping = network.mapping
+        self.network = network
         self.chip = ChipModel(hardware.chip)
         self.itemsize = dtype_bytes(dtype)
 

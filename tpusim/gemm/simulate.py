@@ -16,13 +16,10 @@ import numpy as np
 
 from tpusim.collectives.accounting import account
 from tpusim.collectives.device import Device, run_spmd
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
-from tpusim.config import HardwareProfile
 from tpusim.engine.cache import cache_key
-from tpusim.engine.context import Context
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
@@ -36,7 +33,6 @@ from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetr
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import assemble, block_shape, operand_blocks, take_block
-from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Fidelity
 
 
@@ -87,16 +83,15 @@ def check_gemm(algorithm: GemmAlgorithm, problem: GemmProblem, mesh: tuple[int, 
 
 
 def analytic_gemm(
-    algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams, hardware: HardwareProfile,
-    mapping: MeshMapping, *, network: Network | None = None, compute_slowdown: float = 1.0,
+    algorithm: GemmAlgorithm, problem: GemmProblem, params: GemmParams, network: Network, *,
+    compute_slowdown: float = 1.0,
 ) -> float | None:
-    """The algorithm's twin, or None where the collectives have no closed form (on ``network``, the model of
-    ``hardware`` and ``mapping``, where the caller has built it). ``compute_slowdown`` times every local product,
-    as ``--slow-chip`` times a straggler's (the twin of a mesh whose every chip is that slow)."""
+    """The algorithm's twin on ``network``, or None where the collectives have no closed form.
+    ``compute_slowdown`` times every local product, as ``--slow-chip`` times a straggler's (the twin of a mesh
+    whose every chip is that slow)."""
     try:
-        ctx = GemmContext(problem, params, mapping.shape)
-        return algorithm.analytic(ctx, CostModel(hardware, mapping, problem.dtype, network=network,
-                                                 compute_slowdown=compute_slowdown))
+        ctx = GemmContext(problem, params, network.mapping.shape)
+        return algorithm.analytic(ctx, CostModel(network, problem.dtype, compute_slowdown=compute_slowdown))
     except NoClosedForm:
         return None
 
@@ -105,33 +100,22 @@ def simulate_gemm(
     problem: GemmProblem,
     algorithm_name: str,
     params: GemmParams,
-    hardware: HardwareProfile,
-    mapping: MeshMapping,
+    network: Network,
     *,
     verify: bool = False,
     seed: int = 0,
     tracer: Tracer | None = None,
     fidelity: Fidelity = Fidelity.FULL,
-    context: Context | None = None,
     link_busy: LinkBusy | None = None,
-    network: Network | None = None,
     chip_slowdown: Mapping[int, float] | None = None,
-    link_overrides: Mapping[int, LinkOverride] | None = None,
 ) -> GemmResult:
-    """Run ``algorithm_name`` on every chip of ``mapping``; see the module docstring. ``link_busy``, when given,
-    receives every directed link's busy seconds (the run is then never served from the cache). ``network``: the
-    request's model of ``hardware`` and ``mapping`` without overrides, on ``context``, where the caller built it
-    (the cache key assumes none). ``chip_slowdown`` and ``link_overrides`` are the what-ifs of
-    ``tpusim.engine.overrides``, as a step takes them: a straggler's compute and a slow link's transfers, in the
-    simulation and in its closed form alike."""
-    context = context if context is not None else Context()
-    slowdown = dict(chip_slowdown or {})
-    overrides = dict(link_overrides or {})
-    if network is None:
-        network = network_for(hardware, mapping, context=context, link_overrides=overrides or None)
-    elif network.link_overrides or network.context is not context or overrides:
-        raise ValueError("simulate_gemm takes a network without link overrides, on its own context")
-    what_if = _WhatIf(slowdown, overrides)
+    """Run ``algorithm_name`` on every chip of ``network``'s mapping; see the module docstring. ``network`` is the
+    request's model: its context holds the timing cache, its link overrides are what-ifs like ``chip_slowdown``
+    (``tpusim.engine.overrides``, as a step takes them: a straggler's compute and a slow link's transfers, in the
+    simulation and in its closed form alike). ``link_busy``, when given, receives every directed link's busy
+    seconds (the run is then never served from the cache)."""
+    hardware, mapping, context = network.hardware, network.mapping, network.context
+    what_if = _WhatIf(dict(chip_slowdown or {}), dict(network.link_overrides))
     cacheable = tracer is None and link_busy is None and not verify and fidelity is not Fidelity.ANALYTIC
     if not cacheable:
         return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, what_if,
@@ -205,7 +189,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         wd = None if w_global is None else take_block(w_global, sharding.w, mesh, dev.index)
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
-    sim = Simulation(hardware, mapping, tracer=tracer, chip_slowdown=what_if.chip_slowdown)
+    sim = Simulation(network, tracer=tracer, chip_slowdown=what_if.chip_slowdown)
     reps = representative_chips(algorithm, params, network) if symmetric else None
     runtime = CollectiveRuntime(sim, network, representatives=reps)
     outputs = run_spmd(sim, runtime, algorithm.program, blocks)
@@ -219,8 +203,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams
         dense = problem.dense(x_global, w_global)
         got = assemble({(i[0], i[1]): t.data for i, t in outputs.items()}, problem.y_shape, sharding.y, mesh)
         error = float(np.max(np.abs(got - dense))) if dense.size else 0.0
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network,
-                         compute_slowdown=what_if.slowest)
+    twin = analytic_gemm(algorithm, problem, params, network, compute_slowdown=what_if.slowest)
     if twin is None:
         notes.append("no closed form is claimed for this mapping (multi-hop or chunked collectives)")
     elif what_if.link_overrides:
@@ -248,8 +231,7 @@ def _analytic_result(algorithm: GemmAlgorithm, problem: GemmProblem, params: Gem
                      network: Network, compute_slowdown: float) -> GemmResult:
     """The twin alone, shaped as a result (no simulation: breakdown fields hold what the form gives)."""
     hardware, mapping = network.hardware, network.mapping
-    twin = analytic_gemm(algorithm, problem, params, hardware, mapping, network=network,
-                         compute_slowdown=compute_slowdown)
+    twin = analytic_gemm(algorithm, problem, params, network, compute_slowdown=compute_slowdown)
     if twin is None:
         raise InfeasibleError("fidelity analytic: no closed form covers this mapping; use auto or full")
     mesh = mapping.shape

@@ -412,12 +412,13 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
             representatives: Sequence[tuple[int, ...]] | None = None,
             chip_slowdown: dict[int, float] | None = None, window: PrefetchWindow = PrefetchWindow(),
             keep_link_busy: bool = False, tracer: Tracer | None = None,
-            host: HostSchedule | None = None, dcn_slices: int = 1) -> OpsRun:
-    """Every chip (or the ``representatives``) runs ``sequence``; the account of the run (with every directed
+            host: HostSchedule | None = None, dcn_slices: int = 1, chip: int | None = None) -> OpsRun:
+    """Every chip (or the ``representatives``) runs ``sequence``; the account of the run, of ``chip`` where given
+    (else of the chip that finished last; ``accounting.account``), with every directed
     link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
     copies where ``host`` offloads tensors). ``dcn_slices`` > 1: the slice simulated is one of that many joined
     over the profile's DCN (representative chips stand for their hosts, ``tpusim.collectives.dcn``)."""
-    sim = Simulation(network.hardware, network.mapping, chip_slowdown=chip_slowdown, tracer=tracer)
+    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
                               "host.link_bandwidth")
@@ -442,7 +443,7 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
 
     run_spmd(sim, runtime, step_program, args)
     symmetric = representatives is not None
-    result = account(sim, runtime, symmetric=symmetric)
+    result = account(sim, runtime, symmetric=symmetric, chip=chip)
     busy = run_link_busy(runtime, symmetric=symmetric) if keep_link_busy else None
     copies = None
     if sim.host is not None and result.critical in traffic:

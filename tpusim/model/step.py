@@ -17,16 +17,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tpusim.collectives.factory import network_for
 from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network
-from tpusim.config import HardwareProfile
 from tpusim.config.layout import layout_name
 from tpusim.engine.accounting import breakdown
 from tpusim.engine.cache import cache_key
-from tpusim.engine.context import Context
 from tpusim.engine.footprint import check_events_memory
-from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.trace import Tracer
 from tpusim.errors import InfeasibleError
@@ -38,10 +34,9 @@ from tpusim.model.plan import StepPlan, StepSpec, block_layers, plan_step, step_
 from tpusim.model.program import HostSchedule, HostTime, OpsRun, PrefetchWindow, panel_peak, run_ops, step_sequence
 from tpusim.model.replicas import replica_representatives
 from tpusim.model.step_trace import trace_step
-from tpusim.topology import MeshMapping
 from tpusim.vocabulary import EARLY_PREFETCH, Fidelity, Recompute
 
-__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step"]
+__all__ = ["OpTiming", "StepResult", "StepSpec", "simulate_step", "throughput"]
 
 _Value = TypeVar("_Value", float, np.ndarray)  # a number of the step, or one per directed link
 
@@ -84,6 +79,8 @@ class StepResult(ResultMixin):
     step_time_s: float
     mfu: float
     hfu: float
+    tokens_per_s: float
+    seconds_per_sequence: float
     compute_s: float
     exposed_comm_s: float
     exposed_data_comm_s: float
@@ -108,37 +105,33 @@ class StepResult(ResultMixin):
 
 
 
-def simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, *,
-                  chip_slowdown: dict[int, float] | None = None,
-                  link_overrides: dict[int, LinkOverride] | None = None,
-                  context: Context | None = None, link_busy: LinkBusy | None = None,
-                  tracer: Tracer | None = None) -> StepResult:
-    """Simulate (a window of) the step and extrapolate to all layers; cached by everything that matters.
+def simulate_step(spec: StepSpec, network: Network, *, chip_slowdown: dict[int, float] | None = None,
+                  link_busy: LinkBusy | None = None, tracer: Tracer | None = None) -> StepResult:
+    """Simulate (a window of) the step on ``network`` (the request's model, with its link overrides and the
+    context holding the timing cache) and extrapolate to all layers; cached by everything that matters.
 
     ``link_busy``, when given, receives every directed link's busy seconds over the whole step, extrapolated
     like the step time (the step is then never served from the cache)."""
     if spec.recompute is Recompute.AUTO:
         raise ValueError("resolve recompute auto (model.memory.plan_memory) before simulating a step")
     if spec.microbatches > 1:
-        return _microbatched(spec, hardware, mapping, chip_slowdown, link_overrides, context, link_busy, tracer)
-    context = context if context is not None else Context()
-    key = cache_key("step", spec, hardware, mapping.describe(), chip_slowdown, link_overrides)
-    cached = context.timings.get(key) if link_busy is None and tracer is None else None
+        return _microbatched(spec, network, chip_slowdown, link_busy, tracer)
+    key = cache_key("step", spec, network.hardware, network.mapping.describe(), chip_slowdown,
+                    network.link_overrides or None)
+    timings = network.context.timings
+    cached = timings.get(key) if link_busy is None and tracer is None else None
     if cached is not None:
         return StepResult(**cached)
-
-    # built once: every simulated run starts from idle links of its own Simulation
-    network = network_for(hardware, mapping, context=context, link_overrides=link_overrides)
-    result = _simulate_step(spec, network, chip_slowdown, link_overrides, link_busy, tracer)
+    # one model for every simulated run: each starts from idle links of its own Simulation
+    result = _simulate_step(spec, network, chip_slowdown, link_busy, tracer)
     if tracer is None:  # a traced result carries the trace's notes
-        context.timings.put(key, result.to_dict())
+        timings.put(key, result.to_dict())
     return result
 
 
 def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, float] | None,
-                   link_overrides: dict[int, LinkOverride] | None, link_busy: LinkBusy | None = None,
-                   tracer: Tracer | None = None) -> StepResult:
-    hardware, mapping = network.hardware, network.mapping
+                   link_busy: LinkBusy | None = None, tracer: Tracer | None = None) -> StepResult:
+    hardware, mapping, link_overrides = network.hardware, network.mapping, network.link_overrides
     mesh, data = mapping.shape, mapping.data
     slices = spec.dcn_slices
     if spec.batch % (data * slices):
@@ -193,14 +186,17 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
         sizes = [spec.window, spec.window + 1] if windowed and total_layers > spec.window + 1 else [
             total_layers]
 
-        def run(layers: int, keep_busy: bool) -> OpsRun:
+        def run(layers: int, keep_busy: bool, chip: int | None = None) -> OpsRun:
             return run_ops(network, step_sequence(plan, layers), plan.gemms, representatives=reps,
                            window=PrefetchWindow(spec.prefetch_window, spec.prefetch_budget),
-                           chip_slowdown=chip_slowdown, keep_link_busy=keep_busy, host=host, dcn_slices=slices)
+                           chip_slowdown=chip_slowdown, keep_link_busy=keep_busy, host=host, dcn_slices=slices,
+                           chip=chip)
 
         if len(sizes) == 1 and total_layers > spec.window + 1:
             _check_every_layer_memory(spec, run, total_layers)
-        windows = [run(n, link_busy is not None) for n in sizes]
+        # the breakdown is extrapolated chip by chip, so every window accounts the critical chip of the largest
+        largest = run(sizes[-1], link_busy is not None)
+        windows = [run(n, link_busy is not None, largest.account.critical) for n in sizes[:-1]] + [largest]
 
         def extrapolate(values: list[float]) -> float:
             return _extrapolate(values, sizes, total_layers)
@@ -233,7 +229,8 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
                             step_time, chip_slowdown, tracer)
     chips = mapping.num_chips * slices
     mfu, hfu = _utilisation(whole, chips * hardware.chip.peak_flops, step_time)
-    memory = step_memory(whole, hardware, mapping, 1, step_panels(spec, plan))
+    tokens_per_s, seconds_per_sequence = throughput(whole.batch, spec.model.sequence, step_time)
+    memory = step_memory(whole, network, 1, step_panels(spec, plan))
     layers_used = block_layers(spec, mesh)
     return StepResult(
         model=spec.model.name, algorithm=algorithm.name, hardware=hardware.name,
@@ -245,7 +242,8 @@ def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, fl
         dataflows=[str(layer.dataflow) for layer in layers_used],
         transposes=[layer.transpose for layer in layers_used], slices=plan.slices,
         prefetch=str(spec.prefetch), recompute=str(spec.recompute), fidelity=str(fidelity),
-        step_time_s=step_time, mfu=mfu, hfu=hfu, compute_s=compute, exposed_comm_s=exposed,
+        step_time_s=step_time, mfu=mfu, hfu=hfu, tokens_per_s=tokens_per_s,
+        seconds_per_sequence=seconds_per_sequence, compute_s=compute, exposed_comm_s=exposed,
         exposed_data_comm_s=exposed_data, dcn_slices=slices,
         dcn_axis=None if slices == 1 else "dcn_fsdp" if spec.dcn_sharded else "dcn_data",
         exposed_dcn_comm_s=exposed_dcn, idle_s=idle,
@@ -280,6 +278,13 @@ def _utilisation(spec: StepSpec, peak: float, step_time: float) -> tuple[float, 
     if step_time <= 0:
         return 0.0, 0.0
     return step_model_flops(spec) / (peak * step_time), step_hardware_flops(spec) / (peak * step_time)
+
+
+def throughput(batch: int, sequence: int, step_time: float) -> tuple[float, float]:
+    """(tokens per second, seconds per sequence) of a step of ``batch`` sequences of ``sequence`` tokens each."""
+    if step_time <= 0:
+        return 0.0, 0.0
+    return batch * sequence / step_time, step_time / batch
 
 
 def _extrapolate(values: Sequence[_Value], sizes: list[int], layers: int) -> _Value:
@@ -317,10 +322,8 @@ def _extrapolate_busy(link_busy: LinkBusy, windows: list[np.ndarray | None], siz
                        "layers")
 
 
-def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-                  chip_slowdown: dict[int, float] | None, link_overrides: dict[int, LinkOverride] | None,
-                  context: Context | None, link_busy: LinkBusy | None = None,
-                  tracer: Tracer | None = None) -> StepResult:
+def _microbatched(spec: StepSpec, network: Network, chip_slowdown: dict[int, float] | None,
+                  link_busy: LinkBusy | None = None, tracer: Tracer | None = None) -> StepResult:
     """A step of m micro-batches: m times the blocks (and embedding) of one micro-batch, one optimizer update.
 
     Ops run one after another on each chip, so the total is m times a micro-step without the update plus the
@@ -328,21 +331,20 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     micro-steps before the last accumulate: they keep their gradients local where the ZeRO stage keeps whole
     gradients (0, 1) and gather weights only under ZeRO 3 (``model.data_parallel``).
     """
+    hardware, mapping = network.hardware, network.mapping
     m = spec.microbatches
     if spec.batch % m:
         raise InfeasibleError(f"--microbatches {m} does not divide the batch of {spec.batch} sequences")
     micro = replace(spec, batch=spec.batch // m, microbatches=1)
     one_busy = LinkBusy() if link_busy is not None else None
-    one = simulate_step(micro, hardware, mapping, chip_slowdown=chip_slowdown, link_overrides=link_overrides,
-                        context=context, link_busy=one_busy, tracer=tracer)
+    one = simulate_step(micro, network, chip_slowdown=chip_slowdown, link_busy=one_busy, tracer=tracer)
     if tracer is not None:
         tracer.metadata["microbatch"] = f"one micro-batch of {micro.batch} sequences, of {m}"
         one.notes.append(f"trace: one micro-batch of {m} ({micro.batch} sequences)")
     alike = not spec.optimizer and mapping.data == 1 and spec.dcn_slices == 1  # every micro-step is the same
     bare_busy = LinkBusy() if link_busy is not None and not alike else one_busy
-    bare = one if alike else simulate_step(replace(micro, optimizer=False, accumulating=True), hardware, mapping,
-                                           chip_slowdown=chip_slowdown, link_overrides=link_overrides,
-                                           context=context, link_busy=bare_busy)
+    bare = one if alike else simulate_step(replace(micro, optimizer=False, accumulating=True), network,
+                                           chip_slowdown=chip_slowdown, link_busy=bare_busy)
     if link_busy is not None and one_busy is not None and bare_busy is not None:
         if one_busy.seconds is not None and bare_busy.seconds is not None:
             link_busy.seconds = _accumulated(m, one_busy.seconds, bare_busy.seconds)
@@ -354,6 +356,7 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
 
     step_time = total("step_time_s")
     mfu, hfu = _utilisation(spec, one.chips * hardware.chip.peak_flops, step_time)
+    tokens_per_s, seconds_per_sequence = throughput(spec.batch, spec.model.sequence, step_time)
     once = [what for what, present in (("the optimizer update", spec.optimizer),
                                        ("the data-parallel synchronisation",
                                         mapping.data > 1 or spec.dcn_slices > 1)) if present]
@@ -364,11 +367,12 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
         switches["host_transfer_s"] = {way: float(_accumulated(m, seconds, bare.switches["host_transfer_s"][way]))
                                        for way, seconds in one.switches["host_transfer_s"].items()}
         switches["host_wait_s"] = float(_accumulated(m, one.switches["host_wait_s"], bare.switches["host_wait_s"]))
-    memory = step_memory(spec, hardware, mapping, m, micro_panels(spec, hardware, mapping))
+    memory = step_memory(spec, network, m, micro_panels(spec, network))
     return replace(
         one, batch=spec.batch, microbatches=m, memory_bytes_per_chip=memory.total_bytes,
         memory_feasible=memory.feasible, memory_shortfall_bytes=memory.shortfall_bytes, step_time_s=step_time,
-        mfu=mfu, hfu=hfu, switches=switches,
+        mfu=mfu, hfu=hfu, tokens_per_s=tokens_per_s,
+        seconds_per_sequence=seconds_per_sequence, switches=switches,
         compute_s=total("compute_s"), exposed_comm_s=total("exposed_comm_s"),
         exposed_data_comm_s=total("exposed_data_comm_s"), exposed_dcn_comm_s=total("exposed_dcn_comm_s"),
         idle_s=total("idle_s"),
@@ -376,9 +380,10 @@ def _microbatched(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappin
     )
 
 
-def micro_panels(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float:
-    """The GeMM panels a chip holds in a step of ``spec``: those of one replica's share of one micro-batch, as
-    simulated (``step_panels``)."""
+def micro_panels(spec: StepSpec, network: Network) -> float:
+    """The GeMM panels a chip of ``network`` holds in a step of ``spec``: those of one replica's share of one
+    micro-batch, as simulated (``step_panels``)."""
+    hardware, mapping = network.hardware, network.mapping
     share = replace(spec, batch=spec.batch // (spec.microbatches * mapping.data * spec.dcn_slices), microbatches=1)
     return step_panels(share, plan_step(share, mapping.shape, mapping.data, hardware.combine_threshold))
 
@@ -388,10 +393,11 @@ def step_panels(spec: StepSpec, plan: StepPlan) -> float:
     return panel_peak(plan, PrefetchWindow(spec.prefetch_window, spec.prefetch_budget))
 
 
-def step_memory(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, microbatches: int,
-                panel_bytes: float) -> MemoryEstimate:
-    """The working-set peak per chip of a step of ``spec.batch`` sequences (all slices) in ``microbatches``
-    micro-batches (``model.memory``), its plan holding ``panel_bytes`` of GeMM panels (``step_panels``)."""
+def step_memory(spec: StepSpec, network: Network, microbatches: int, panel_bytes: float) -> MemoryEstimate:
+    """The working-set peak per chip of ``network`` in a step of ``spec.batch`` sequences (all slices) in
+    ``microbatches`` micro-batches (``model.memory``), its plan holding ``panel_bytes`` of GeMM panels
+    (``step_panels``)."""
+    hardware, mapping = network.hardware, network.mapping
     data, slices = mapping.data, spec.dcn_slices
     chips, share, replicas = slice_memory_shape(mapping.num_chips, spec.batch, data, slices, spec.dcn_sharded)
     return estimate_memory(spec.model, chips, share // microbatches, spec.recompute, hardware.chip.usable_hbm,
@@ -420,9 +426,8 @@ def _sum_of_ops(spec: StepSpec, network: Network, plan: StepPlan, reps: list[tup
             if isinstance(op, GemmOp):  # through the GeMM cache the tuner's pricing shares
                 job = plan.gemms[op.name]
                 links = LinkBusy() if link_busy is not None else None
-                g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network.hardware,
-                                  network.mapping, context=network.context, fidelity=Fidelity.SYMMETRIC,
-                                  link_busy=links, network=None if network.link_overrides else network)
+                g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network,
+                                  fidelity=Fidelity.SYMMETRIC, link_busy=links)
                 # symmetric fidelity simulates, so the breakdown is there (only analytic leaves it None)
                 assert g.compute_s is not None and g.exposed_comm_s is not None and g.idle_s is not None
                 assert g.hbm_stall_s is not None

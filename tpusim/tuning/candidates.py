@@ -77,8 +77,8 @@ def layout_kind(choice: Choice, zero_stage: int) -> LayoutKind:
     return LayoutKind.FSDP_TENSOR if sharded else LayoutKind.DATA_TENSOR
 
 
-def candidate_of(choice: Choice, zero_stage: int, tokens_per_step: int) -> Candidate:
-    """The row of a timed choice of a search at ``zero_stage`` whose steps each process ``tokens_per_step``."""
+def candidate_of(choice: Choice, zero_stage: int) -> Candidate:
+    """The row of a timed choice of a search at ``zero_stage``."""
     kind = layout_kind(choice, zero_stage)
     local = kind in (LayoutKind.FSDP, LayoutKind.DATA)  # every GeMM whole on each chip: no algorithm runs
     if not choice.memory_feasible:
@@ -88,7 +88,7 @@ def candidate_of(choice: Choice, zero_stage: int, tokens_per_step: int) -> Candi
     return Candidate(
         algorithm=None if local else choice.algorithm, layout=str(kind), named_layout=choice.layout,
         mesh=choice.mesh, slice_shape=choice.slice_shape, zero_stage=zero_stage if choice.data_parallel > 1 else 0,
-        step_time_s=choice.step_time_s, tokens_per_s=tokens_per_step / choice.step_time_s, mfu=choice.mfu,
+        step_time_s=choice.step_time_s, tokens_per_s=choice.tokens_per_s, mfu=choice.mfu,
         memory_bytes_per_chip=choice.memory_bytes_per_chip, feasible=choice.feasible and choice.memory_feasible,
         bound=str(bound), compute_s=choice.compute_s, exposed_comm_s=choice.exposed_comm_s,
         dataflows=list(choice.dataflows), transposes=list(choice.transposes), slices=list(choice.slices))

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import dcn_twin
-from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.context import Context
 from tpusim.model.data_parallel import DATA_AXIS, SYNCED_DTYPE, DataSyncOp, data_parallel_plan
-from tpusim.tuning.space import MeshCandidate
+from tpusim.tuning.space import MeshCandidate, candidate_network
 from tpusim.units import dtype_bytes
 
 __all__ = ["data_parallel_tail"]
@@ -30,7 +30,7 @@ def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, mode
                               combine_bytes=hardware.combine_threshold)
     if plan is None:
         return 0.0
-    network = network_for(hardware, candidate.mapping)
+    network = candidate_network(hardware, candidate.mapping, Context())
 
     def twin(op: DataSyncOp) -> float:
         if op.collective is None:  # nothing on the data axis (the tuner's layouts are of one slice)

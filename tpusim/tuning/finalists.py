@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.tuning.dp import Plan
 from tpusim.tuning.result import Choice
+from tpusim.tuning.space import candidate_network
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -96,8 +97,8 @@ def step_spec(finalist: Finalist, spec: StepSpec) -> StepSpec:
 
 def _simulate(finalist: Finalist, spec: StepSpec) -> StepResult:
     search = finalist.search
-    return simulate_step(step_spec(finalist, spec), search.context.hardware, search.candidate.mapping,
-                         context=search.step_context)
+    network = candidate_network(search.context.hardware, search.candidate.mapping, search.step_context)
+    return simulate_step(step_spec(finalist, spec), network)
 
 
 def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], spec: StepSpec,
@@ -192,7 +193,8 @@ def choice(timed: Timed, spec: StepSpec, layers: int) -> Choice:
         layout=result.named_layout, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
         estimate_step_s=estimate(finalist, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
-        hfu=result.hfu, compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
+        hfu=result.hfu, tokens_per_s=result.tokens_per_s, seconds_per_sequence=result.seconds_per_sequence,
+        compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
         exposed_data_comm_s=result.exposed_data_comm_s, data_parallel=result.data_parallel,
         memory_bytes_per_chip=result.memory_bytes_per_chip,
         memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,

@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpusim.collectives.factory import network_for
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.gemm.algorithm import GemmAlgorithm
@@ -79,19 +79,19 @@ class CostCache:
         """A time priced elsewhere (by a worker process of ``tune --jobs``) under the key it would have here."""
         self._times[key] = value
 
-    def gemm(self, problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams,
-             hardware: HardwareProfile, hardware_key: str, mapping: MeshMapping, mode: str) -> float | None:
-        """The GeMM's time by ``mode``: "analytic" (None without a closed form) or a Fidelity value."""
-        key = self.key(problem, algorithm, params, hardware_key, mapping, mode)
+    def gemm(self, problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network,
+             hardware_key: str, mode: str) -> float | None:
+        """The GeMM's time on ``network`` (a model on this cache's context) by ``mode``: "analytic" (None without
+        a closed form) or a Fidelity value."""
+        key = self.key(problem, algorithm, params, hardware_key, network.mapping, mode)
         if key in self._times:
             return self._times[key]
         if mode == ANALYTIC:
             self.twins += 1
-            value = analytic_gemm(algorithm, problem, params, hardware, mapping)
+            value = analytic_gemm(algorithm, problem, params, network)
         else:
             self.simulations += 1
-            value = simulate_gemm(problem, algorithm.name, params, hardware, mapping,
-                                  fidelity=Fidelity(mode), context=self.context).time_s
+            value = simulate_gemm(problem, algorithm.name, params, network, fidelity=Fidelity(mode)).time_s
         self._times[key] = value
         return value
 
@@ -122,12 +122,14 @@ def pass_multiplicity(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[str,
 
 
 class LayerPricer:
-    """Prices FF layer options on one mesh by twin or by DES, through a shared cache."""
+    """Prices FF layer options on one mesh (``network``, a model on the cache's context) by twin or by DES,
+    through a shared cache."""
 
-    def __init__(self, context: PricingContext, mapping: MeshMapping, cache: CostCache) -> None:
+    def __init__(self, context: PricingContext, network: Network, cache: CostCache) -> None:
         self.context = context
-        self.mapping = mapping
-        self.relaxed = one_hop(mapping)
+        self.network = network
+        self.mapping = mapping = network.mapping
+        self.relaxed = network.over(one_hop(mapping))  # the model ``bound`` prices on
         self.cache = cache
         self._hardware_key = context.hardware_key
         self._times = {(layer, which): n for layer, which, n in context.multiplicity}
@@ -142,11 +144,10 @@ class LayerPricer:
 
     def _total(self, layer: FFLayer, option: LayerOption, mode: str, relaxed: bool = False) -> float | None:
         ctx = self.context
-        mapping = self.relaxed if relaxed else self.mapping
+        network = self.relaxed if relaxed else self.network
         total = 0.0
         for times, problem, params in self._gemms(layer, option):
-            value = self.cache.gemm(problem, ctx.algorithm, params, ctx.hardware, self._hardware_key, mapping,
-                                    mode)
+            value = self.cache.gemm(problem, ctx.algorithm, params, network, self._hardware_key, mode)
             if value is None:
                 return None
             total += times * value
@@ -158,7 +159,7 @@ class LayerPricer:
 
     def bound(self, layer: FFLayer, option: LayerOption) -> float | None:
         """The twin with one hop per ring step: optimistic where the true embedding is multi-hop."""
-        if self.relaxed is self.mapping:
+        if self.relaxed is self.network:
             return None
         return self._total(layer, option, ANALYTIC, relaxed=True)
 
@@ -187,28 +188,28 @@ def _non_ff_ops(spec: StepSpec, mesh: tuple[int, int]) -> list[Op]:
     return [op for op in forward + backward if not isinstance(op, GemmOp)]
 
 
-def non_ff_twin(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping) -> float | None:
-    """Closed-form time of one layer's non-FF ops under ``spec``'s layouts, or None without a closed form."""
-    chip = ChipModel(hardware.chip)
+def non_ff_twin(spec: StepSpec, network: Network) -> float | None:
+    """Closed-form time of one layer's non-FF ops on ``network`` under ``spec``'s layouts, or None without a
+    closed form."""
+    mapping = network.mapping
+    chip = ChipModel(network.hardware.chip)
     total = 0.0
     try:
         for op in _non_ff_ops(spec, mapping.shape):
             if isinstance(op, LocalOp):
                 total += chip.op_time(op.flops, op.hbm_bytes, op.vector_ops)
             elif isinstance(op, NormStatsOp) and mapping.shape[op.axis] > 1 and op.elements:
-                costs = CostModel(hardware, mapping, op.dtype)
+                costs = CostModel(network, op.dtype)
                 total += costs.collective(CollectiveOp.ALL_REDUCE, op.axis, 2 * op.elements)
     except NoClosedForm:
         return None
     return total
 
 
-def non_ff_time(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, fidelity: Fidelity,
-                context: Context | None = None) -> float:
-    """Simulated time of one layer's non-FF ops (forward and backward) under ``spec``'s layouts, run by the step
-    program itself."""
-    network = network_for(hardware, mapping, context=context)
+def non_ff_time(spec: StepSpec, network: Network, fidelity: Fidelity) -> float:
+    """Simulated time of one layer's non-FF ops (forward and backward) on ``network`` under ``spec``'s layouts,
+    run by the step program itself."""
     mode, _ = resolve_fidelity(fidelity, network.asymmetry(overrides=False))
-    sequence = [(op, 0) for op in _non_ff_ops(spec, mapping.shape)]
+    sequence = [(op, 0) for op in _non_ff_ops(spec, network.mapping.shape)]
     return run_ops(network, sequence, {}, representatives=[(0, 0)] if mode is Fidelity.SYMMETRIC else None
                    ).account.elapsed

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from tpusim.collectives.factory import network_for
 from tpusim.engine.context import Context
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
@@ -25,7 +24,7 @@ from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin
 from tpusim.tuning.parallel import Entries
 from tpusim.tuning.result import MeshReport
-from tpusim.tuning.space import LayerOption, MeshCandidate, layer_options
+from tpusim.tuning.space import LayerOption, MeshCandidate, candidate_network, layer_options
 from tpusim.vocabulary import Dataflow, Fidelity
 
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
@@ -42,7 +41,8 @@ class MeshSearch:
         self.dataflows = dataflows
         self.layers = layers
         self.context = context
-        self.pricer = LayerPricer(context, candidate.mapping.tensor_mapping, cache)
+        self.pricer = LayerPricer(context, candidate_network(context.hardware, candidate.mapping.tensor_mapping,
+                                                             cache.context), cache)
         self.tail = 0.0  # seconds per step of data-parallel synchronisation the ranking charges (``data_tail``)
         self.spec = spec
         self.flips = flips
@@ -52,8 +52,7 @@ class MeshSearch:
         self.bounded = 0  # options ranked by the one-hop bound
         self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
         self.simulations: Entries = []  # what worker processes simulated for this mesh (``tune --jobs``)
-        obstacle = symmetric_obstacle(context.algorithm, context.base,
-                                      network_for(context.hardware, candidate.mapping.tensor_mapping))
+        obstacle = symmetric_obstacle(context.algorithm, context.base, self.pricer.network)
         self.full = resolve_fidelity(context.fidelity, obstacle)[0] is Fidelity.FULL
         self._options: dict[tuple[int, bool], list[LayerOption]] = {}
 
@@ -129,13 +128,12 @@ class MeshSearch:
         times = {}
         for start in self.starts:
             spec = replace(self.spec, transposes=(start,) * len(FF_LAYERS))
-            hardware, mapping = self.context.hardware, self.candidate.mapping.tensor_mapping
+            pricer = self.pricer
             twin = None
             if not simulated:
-                twin = non_ff_twin(spec, hardware, mapping)
-                twin = twin if twin is not None else non_ff_twin(spec, hardware, self.pricer.relaxed)
-            times[start] = twin if twin is not None else non_ff_time(spec, hardware, mapping, self.context.fidelity,
-                                                                         self.pricer.cache.context)
+                twin = non_ff_twin(spec, pricer.network)
+                twin = twin if twin is not None else non_ff_twin(spec, pricer.relaxed)
+            times[start] = twin if twin is not None else non_ff_time(spec, pricer.network, self.context.fidelity)
         return times
 
     def ranking_cost(self, plan: Plan, layers: int) -> float:

@@ -41,6 +41,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.topology import MeshMapping
+from tpusim.tuning.space import candidate_network
 from tpusim.vocabulary import Fidelity
 
 if TYPE_CHECKING:
@@ -73,8 +74,11 @@ def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list
     """The simulated time of each GeMM of every group, in one context: a worker's share of every mesh reuses the
     timings it made for the others, as the search does in one process."""
     context = Context.with_cache(folder)
-    times = [[simulate_gemm(problem, algorithm, params, hardware, mapping, fidelity=fidelity, context=context).time_s
-              for problem, params in jobs] for jobs, algorithm, hardware, mapping, fidelity in groups]
+    times = []
+    for jobs, algorithm, hardware, mapping, fidelity in groups:
+        network = candidate_network(hardware, mapping, context)
+        times.append([simulate_gemm(problem, algorithm, params, network, fidelity=fidelity).time_s
+                      for problem, params in jobs])
     return times, list(context.timings.memory.items())
 
 
@@ -83,7 +87,7 @@ def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMappi
     """The whole step, reusing ``entries`` (the GeMMs priced on its mesh)."""
     context = Context.with_cache(folder)
     context.timings.adopt(entries)
-    return simulate_step(spec, hardware, mapping, context=context)
+    return simulate_step(spec, candidate_network(hardware, mapping, context))
 
 
 def _grouped(groups: Sequence[Group], folder: Path | None) -> tuple[list[float], Entries]:
@@ -123,6 +127,7 @@ class SimulationPool:
         context.set_forkserver_preload([__name__])
         self.workers = workers
         self.folder = folder
+        self._submitted: list[Future[Any]] = []  # every task sent, so ``close`` knows what still runs
         self._lifeline = Lifeline(context)
         with deaf_children():  # the forkserver, the resource tracker and so the workers: deaf to Ctrl-C
             forkserver.ensure_running()
@@ -150,14 +155,24 @@ class SimulationPool:
                 future = self._executor.submit(_grouped, [([(p, q) for _, p, q in jobs], algorithm, hardware, mapping,
                                                            fidelity) for jobs, algorithm, hardware, mapping, fidelity
                                                           in shares], self.folder)
+                self._submitted.append(future)
                 parts.append(([key for jobs, *_ in shares for key, _, _ in jobs], future))
         return PendingTimes(parts)
 
     def step(self, spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
              entries: Entries) -> Future[StepResult]:
-        return self._executor.submit(_simulate_step, spec, hardware, mapping, self.folder, entries)
+        future = self._executor.submit(_simulate_step, spec, hardware, mapping, self.folder, entries)
+        self._submitted.append(future)
+        return future
 
     def close(self) -> None:
+        """End the pool once the search has what it needs. A task still running then is one the search gave up
+        (a finalist's step sent ahead and then pruned by the bound, whose cancel cannot stop it): waiting for it
+        made ``--jobs 2`` slower than one process (a 25 s full-fidelity step at 4096 chips), so the workers are
+        ended instead."""
+        if any(not future.done() for future in self._submitted):
+            self.abandon()
+            return
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._lifeline.cut()
 

@@ -29,6 +29,8 @@ class Choice:
     fidelity: str
     mfu: float
     hfu: float
+    tokens_per_s: float
+    seconds_per_sequence: float
     compute_s: float
     exposed_comm_s: float
     exposed_data_comm_s: float

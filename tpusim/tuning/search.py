@@ -223,6 +223,5 @@ def _result(setting: Setting, chosen: tuple[Choice, Choice | None], searches: li
         search_space=sum(s.space_size() for s in searches),
         meshes=sorted(reports.values(), key=lambda r: (tuple(int(v) for v in r.mesh.split("x")), r.slice_shape or "")),
         ignore_memory=request.ignore_memory, notes=notes,
-        candidates=fastest_per_kind(candidate_of(choice(t, whole, layers), request.zero_stage,
-                                                 setting.whole_batch * request.model.sequence) for t in timed),
+        candidates=fastest_per_kind(candidate_of(choice(t, whole, layers), request.zero_stage) for t in timed),
     )

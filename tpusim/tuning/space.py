@@ -12,10 +12,13 @@ Every option is confirmed by the algorithm's own feasibility check on all three 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from tpusim.collectives.factory import place_mesh
+from tpusim.collectives.factory import network_for, place_mesh
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
@@ -36,7 +39,7 @@ class LayerOption:
     slices: int | None
 
     def describe(self) -> str:
-        k = "" if self.slices is None else f" K={self.slices}"
+        k = "" if self.slices is None else f" S={self.slices}"
         return f"{self.dataflow}{' T' if self.transpose else ''}{k}"
 
 
@@ -140,7 +143,7 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
 
 def slice_counts(algorithm: GemmAlgorithm, problems: list[GemmProblem], mesh: tuple[int, int],
                  base: GemmParams) -> list[int]:
-    """The slice counts every pass of a layer can run with (one K serves its three GeMMs), ascending."""
+    """The slice counts every pass of a layer can run with (one count serves its three GeMMs), ascending."""
     common: set[int] | None = None
     for problem in problems:
         found = set(algorithm.slice_options(problem, mesh, base) or ())
@@ -157,19 +160,30 @@ def layer_problems(layer: FFLayer, option: LayerOption, dtype: str) -> dict[Pass
 def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int], transpose: bool,
                   dataflows: tuple[Dataflow, ...], base: GemmParams, dtype: str) -> list[LayerOption]:
     """Every feasible option of ``layer`` on ``mesh`` with the given transposition flag."""
-    options = []
+    options: list[LayerOption] = []
     for dataflow in dataflows:
         probe = LayerOption(dataflow, transpose, None)
         problems = list(layer_problems(layer, probe, dtype).values())
         counts: list[int | None] = [None]
         if algorithm.uses_slices:
             counts = list(slice_counts(algorithm, problems, mesh, base))
-        for k in counts:
-            params = replace(base, slices=k)
-            try:
-                for problem in problems:
-                    check_gemm(algorithm, problem, mesh, params)
-            except InfeasibleError:
-                continue
-            options.append(LayerOption(dataflow, transpose, k))
+        options.extend(LayerOption(dataflow, transpose, k) for k in counts
+                       if runs(algorithm, problems, mesh, replace(base, slices=k)))
     return options
+
+
+def candidate_network(hardware: HardwareProfile, mapping: MeshMapping, context: Context) -> Network:
+    """The network model of a candidate placement, on ``context`` (the search's, or a worker's): the one place the
+    tuner and its worker processes build a model; everything they price then takes it."""
+    return network_for(hardware, mapping, context=context)
+
+
+def runs(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem], mesh: tuple[int, int],
+         params: GemmParams) -> bool:
+    """Whether every one of ``problems`` passes the algorithm's feasibility rules on ``mesh`` with ``params``."""
+    try:
+        for problem in problems:
+            check_gemm(algorithm, problem, mesh, params)
+    except InfeasibleError:
+        return False
+    return True

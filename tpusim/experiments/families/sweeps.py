@@ -54,20 +54,20 @@ def _slice_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if data:
             best = min(data, key=lambda d: d[1])
             ax.plot([best[0]], [best[1]], marker="*", markersize=14, color="#c44e52", linestyle="none",
-                    label="fastest K swept")
-            ax.annotate(f"K = {best[0]}: {best[1]:.3f} s", (best[0], best[1]), xytext=(0, 8),
+                    label="fastest S swept")
+            ax.annotate(f"S = {best[0]}: {best[1]:.3f} s", (best[0], best[1]), xytext=(0, 8),
                         textcoords="offset points", ha="center", fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_ylim(0, 1.1 * max((d[1] for d in data), default=1.0))
-        ax.set_xlabel("slice count K, the same in all four sharded layers (log scale)")
+        ax.set_xlabel("slice count S, the same in all four sharded layers (log scale)")
         ax.set_ylabel("time per step (s)")
         meshes = sorted({r["mesh"] for r in model_rows})
         ax.set_title(f"{model}, MeshSlice on a {' / '.join(meshes)} mesh")
         ax.grid(True, alpha=0.3)
-    note = ("K = the number of slices MeshSlice cuts each sharded GeMM into (qkv, out_proj, ff1 and ff2 all use "
-            "the same K here). More slices hide more communication behind compute, but each partial collective "
+    note = ("S = the number of slices MeshSlice cuts each sharded GeMM into (qkv, out_proj, ff1 and ff2 all use "
+            "the same S here). More slices hide more communication behind compute, but each partial collective "
             "pays its fixed cost again. Mesh R x C = rows x columns of chips.")
     save(fig, path, title, note=note, legend=shared_legend(axes))
 
@@ -87,7 +87,7 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
                 bar.set_hatch("//")
                 bar.set_facecolor("#c7c0e0")
             used = row["slices"][0] if row["slices"] else None
-            text = f"K={used if used is not None else '?'}"
+            text = f"S={used if used is not None else '?'}"
             if used is not None and row.get("requested_slices") not in (None, used):
                 text += f"\n({row['requested_slices']} requested)"
             if row["step_time_s"] is None:
@@ -104,9 +104,9 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     if any_infeasible:
         handles.append(Patch(facecolor="#c7c0e0", edgecolor="#3b3360", hatch="//",
                              label="infeasible, timed anyway"))
-    note = ("K above each bar: the MeshSlice slice count used in every sharded layer. A hatched bar is infeasible "
-            "and timed anyway, for one or both of two reasons: the requested K is not a feasible slice count on "
-            "that mesh, so the nearest feasible K below is used (the bar then says '8 requested'); or the C chips "
+    note = ("S above each bar: the MeshSlice slice count used in every sharded layer. A hatched bar is infeasible "
+            "and timed anyway, for one or both of two reasons: the requested S is not a feasible slice count on "
+            "that mesh, so the nearest feasible S below is used (the bar then says '8 requested'); or the C chips "
             "of the feature axis do not divide the attention heads, which are then padded.")
     if any(r.get("memory") == "feasible" for r in rows):
         note += (" Memory feasible: each step uses the least recomputation that fits in HBM; memory ignored: the "
@@ -114,7 +114,7 @@ def _mesh_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     save(fig, path, title, note=note, legend=(handles, [str(h.get_label()) for h in handles]))
 
 
-SLICE_SWEEP = Family("slice-sweep", "MeshSlice step time against the slice count K", _step_rows, _slice_plot)
+SLICE_SWEEP = Family("slice-sweep", "MeshSlice step time against the slice count S", _step_rows, _slice_plot)
 MESH_SHAPES = Family("mesh-shapes", "MeshSlice on five 2048-chip mesh shapes", _step_rows, _mesh_plot)
 
 

@@ -15,7 +15,7 @@ Each scalar is found on a surrogate: a row's time is taken as ``a + b / e`` thro
 (exact where the time is compute or transfer plus fixed costs), the surrogate's minimum is simulated, and the
 two repeat until the constant moves less than ``TOLERANCE``. The constants are rounded to ``DIGITS`` decimals and
 the residuals are those of the rounded constants. The run changes no file: the profiles in
-tpusim/data/hardware/ carry the printed constants (a test holds them equal).
+configs/hardware/ carry the printed constants (a test holds them equal).
 
 ``python -m tpusim.experiments.measurements.fit [--json]``.
 """
@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpusim.experiments.measurements.compare import compare_row
-from tpusim.experiments.measurements.table import SHIPPED_TABLE, MeasuredRun, TpuGeneration, read_measurements
+from tpusim.experiments.measurements.table import (
+    SHIPPED_TABLE,
+    SHIPPED_TABLE_NAME,
+    MeasuredRun,
+    TpuGeneration,
+    read_measurements,
+)
 from tpusim.experiments.validation import EXPLAINED_DIFFERENCES, MEASURED_OPS, Check, measured_checks
 from tpusim.hardware import load_hardware
 from tpusim.hardware.profiles import with_rates
@@ -150,7 +156,7 @@ def _mxu_fit(generation: TpuGeneration, runs: list[MeasuredRun], link: float) ->
     final = simulate(value)
     return ConstantFit("chip.mxu_efficiency", generation.hardware, value,
                        f"{len(runs)} measured run{'s' if len(runs) > 1 else ''} of {generation} "
-                       "(tpusim/data/measurements/calibration.csv)",
+                       f"({SHIPPED_TABLE_NAME})",
                        tuple((run.id, t / run.step_time_s - 1.0) for run, t in zip(runs, final, strict=True)))
 
 

@@ -1,4 +1,4 @@
-"""Reading a table of measured training runs (the columns of tpusim/data/measurements/README.md) into typed rows.
+"""Reading a table of measured training runs (the columns of configs/measurements/README.md) into typed rows.
 
 Every value is checked where it is read: a column the table does not define, a missing column, a count that is
 not a whole number, a time with a unit, an unknown TPU generation or policy each stop the read with one line
@@ -18,13 +18,17 @@ from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 
+from tpusim.config.catalog import shipped
 from tpusim.config.loader import display_path, read_bounded_text
 from tpusim.errors import UserError
 from tpusim.limits import LimitError, exceeds
 
-__all__ = ["COLUMNS", "SHIPPED_TABLE", "MeasuredRun", "MeasurementError", "TpuGeneration", "read_measurements"]
+__all__ = ["COLUMNS", "SHIPPED_TABLE", "SHIPPED_TABLE_NAME", "MeasuredRun", "MeasurementError", "TpuGeneration",
+           "read_measurements"]
 
-SHIPPED_TABLE = Path(__file__).resolve().parents[2] / "data" / "measurements" / "calibration.csv"
+SHIPPED_TABLE_NAME = "configs/measurements/calibration.csv"
+"""How output names the shipped table: its path in the source tree."""
+SHIPPED_TABLE = shipped(SHIPPED_TABLE_NAME)
 """The measured runs shipped with tpusim (their sources: each row's source_* columns)."""
 
 
@@ -42,13 +46,13 @@ class TpuGeneration(StrEnum):
 
     @property
     def hardware(self) -> str:
-        """The physical profile of this generation (tpusim/data/hardware/)."""
+        """The physical profile of this generation (configs/hardware/)."""
         return f"tpu{self.value}"
 
 
 @dataclass(frozen=True)
 class MeasuredRun:
-    """One row of a measurements table, typed (column meanings: tpusim/data/measurements/README.md)."""
+    """One row of a measurements table, typed (column meanings: configs/measurements/README.md)."""
 
     id: str
     tpu: TpuGeneration
@@ -275,7 +279,7 @@ def _check_header(header: list[str], shown: str) -> None:
     if missing:
         raise MeasurementError(f"measurements file {shown!r}: missing column{'s' if len(missing) > 1 else ''} "
                                f"{', '.join(repr(name) for name in missing)}; valid: every column of the table "
-                               "(tpusim/data/measurements/README.md)")
+                               "(configs/measurements/README.md)")
 
 
 def _run(cells: dict[str, str], shown: str) -> MeasuredRun:

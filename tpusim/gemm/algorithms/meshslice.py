@@ -35,7 +35,7 @@ from tpusim.vocabulary import CollectiveOp
 
 
 def slice_count(params: GemmParams) -> int:
-    """K; an unset ``slices`` means one slice (no pipelining: the collective schedule, sliced once)."""
+    """The slice count S; an unset ``slices`` means one slice (no pipelining: the collective schedule, sliced once)."""
     return 1 if params.slices is None else params.slices
 
 
@@ -57,16 +57,20 @@ def divisors(n: int) -> list[int]:
 
 class MeshSlice(GemmAlgorithm):
     name = "meshslice"
-    summary = "MeshSlice: K strided partial collectives per axis, software-pipelined against sliced GeMMs"
+    summary = "MeshSlice: S strided partial collectives per axis, software-pipelined against sliced GeMMs"
     uses_slices = True
 
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int]:
-        """Every K with the sliced global dimension D divisible by lcm(R, C) x block x K
-        (docs/algorithms.md#meshslice)."""
+        """Every slice count S with the sliced global dimension D divisible by lcm(R, C) x block x S
+        (docs/algorithms.md#meshslice); one slice only needs D divisible by lcm(R, C), since a single slice is
+        the whole block and has no strided runs."""
         layout, sliced = problem.layout, problem.roles.sliced
-        unit = math.lcm(mesh[layout.axis(0)], mesh[layout.axis(1)]) * max(params.block, 1)
+        whole = math.lcm(mesh[layout.axis(0)], mesh[layout.axis(1)])
+        unit = whole * max(params.block, 1)
         size = problem.dim(sliced)
-        return divisors(size // unit) if size % unit == 0 else []
+        if size % whole:
+            return []
+        return divisors(size // unit) if size % unit == 0 else [1]
 
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         super().check(problem, mesh, params)
@@ -80,6 +84,11 @@ class MeshSlice(GemmAlgorithm):
             return
         layout, sliced = problem.layout, problem.roles.sliced
         rows, cols = mesh[layout.axis(0)], mesh[layout.axis(1)]
+        if params.slices is None:  # no count was asked for: not even one slice divides the dimension
+            raise InfeasibleError(
+                f"meshslice: the sliced dimension {sliced} = {problem.dim(sliced)} is not divisible by "
+                f"lcm({rows}, {cols}) = {math.lcm(rows, cols)}, so no slice count is feasible; use a multiple of "
+                f"{math.lcm(rows, cols)}")
         raise InfeasibleError(
             f"--slices {slices}: the sliced dimension {sliced} = {problem.dim(sliced)} is not divisible by "
             f"lcm({rows}, {cols}) x {params.block} x {slices}; feasible slice counts: "
