@@ -126,6 +126,25 @@ def allgather_ring_2048_full_s() -> Measurement:
     return Measurement(wall, "s", {**info, "closed_form_s": _closed_form(mapping, [(1, GROUP_BYTES // 2048)])})
 
 
+def _status_kb(key: str) -> int:
+    """A ``kB`` line of this process's /proc/self/status (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith(f"{key}:")))
+
+
+def ring_bytes_per_transfer() -> Measurement:
+    """Memory of ``allgather_ring_2048_full_s`` per link transfer, in a fresh process: its peak resident memory
+    (``VmHWM``) over what it held with the ring mapped and every module imported, divided by the transfers."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import run; "
+            "run.load_hardware(run.WIRE); run.map_mesh(run.parse_topology('torus:2048'), 1, 2048); "
+            "before = run._status_kb('VmRSS'); figure = run.allgather_ring_2048_full_s(); "
+            "print(before, run._status_kb('VmHWM'), figure.info['transfers'])")
+    _, out = _subprocess([sys.executable, "-c", code])
+    before, peak, transfers = (int(word) for word in out.split())
+    return Measurement((peak - before) * 1024 / transfers, "B/transfer",
+                       {"rss_before_mb": before / 1024, "peak_mb": peak / 1024, "transfers": transfers})
+
+
 FF1 = {"m": 524288, "k": 12288, "n": 49152}  # GPT-3 FF1 at 256 sequences: M = 256 x 2048 tokens
 
 
@@ -232,9 +251,9 @@ STARTUP_COMMAND = ["collective", "--hardware", "tpuv4", "--topology", "torus:16"
 STARTUP_PROCESSES = 5  # fresh processes per run of the figure; their median is the figure
 
 
-def startup_small_collective_s() -> Measurement:
-    """Whole-process wall time of ``tpusim collective`` (a 64 MB all-gather over 16 chips, ``--json``): the median
-    of five fresh processes.
+def _startup(command: list[str]) -> tuple[list[float], float, str, str]:
+    """Whole-process wall times of ``tpusim COMMAND`` in ``STARTUP_PROCESSES`` fresh processes, with the untimed
+    compiling run's, the last one's standard output and the name of the program run.
 
     The children compile their bytecode once, in an untimed first run, into a cache folder of their own, as an
     installed package has it (``PYTHONDONTWRITEBYTECODE`` would otherwise make every start recompile tpusim).
@@ -245,14 +264,27 @@ def startup_small_collective_s() -> Measurement:
         # the installed `tpusim` script, as a user types it; `python -m tpusim` where there is none (it adds runpy)
         script = Path(sys.executable).with_name("tpusim")
         argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "tpusim"]),
-                *STARTUP_COMMAND]
+                *command]
         compile_run, _ = _subprocess(argv, env)
         runs = [_subprocess(argv, env) for _ in range(STARTUP_PROCESSES)]
-    result = json.loads(runs[-1][1])
-    walls = [wall for wall, _ in runs]
+    return [wall for wall, _ in runs], compile_run, runs[-1][1], Path(argv[0]).name
+
+
+def startup_small_collective_s() -> Measurement:
+    """Whole-process wall time of ``tpusim collective`` (a 64 MB all-gather over 16 chips, ``--json``): the median
+    of five fresh processes."""
+    walls, compile_run, stdout, program = _startup(STARTUP_COMMAND)
+    result = json.loads(stdout)
     return Measurement(statistics.median(walls), "s", {"processes_s": walls, "compile_run_s": compile_run,
                                                        "simulated_s": result["time_s"], "events": result["events"],
-                                                       "command": Path(argv[0]).name})
+                                                       "command": program})
+
+
+def startup_version_s() -> Measurement:
+    """Whole-process wall time of ``tpusim --version``: the median of five fresh processes."""
+    walls, compile_run, stdout, program = _startup(["--version"])
+    return Measurement(statistics.median(walls), "s", {"processes_s": walls, "compile_run_s": compile_run,
+                                                       "printed": stdout.strip(), "command": program})
 
 
 def peak_rss_mb_gemm_2048_full() -> Measurement:
@@ -333,6 +365,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
     "allgather_ring_2048_full_s": allgather_ring_2048_full_s,
+    "ring_bytes_per_transfer": ring_bytes_per_transfer,
     "gemm_full_s": gemm_full_s,
     "layer_full_s": layer_full_s,
     "gemm_symmetric_ms": gemm_symmetric_ms,
@@ -342,6 +375,7 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "reproduce_quick_s": reproduce_quick_s,
     "peak_rss_mb_gemm_2048_full": peak_rss_mb_gemm_2048_full,
     "startup_small_collective_s": startup_small_collective_s,
+    "startup_version_s": startup_version_s,
     "pod_straggler_full_s": pod_straggler_full_s,
     "peak_rss_mb_pod_straggler": peak_rss_mb_pod_straggler,
     "pod_step_symmetric_s": pod_step_symmetric_s,

@@ -3,25 +3,18 @@ help text, and a value given through any of them is checked by the same model.""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 
 import pytest
 
 import tpusim.api as api
 from tpusim.cli.derive import flag_of
-from tpusim.cli.main import build_parser, main
+from tpusim.cli.main import command_parser, main
 from tpusim.config import Experiment
 from tpusim.config.requests import REQUESTS, CollectiveRequest, GemmRequest, Request, Scale, StepRequest, TuneRequest
 
 ENTRIES = [(CollectiveRequest, "collective", api.collective), (GemmRequest, "gemm", api.gemm),
            (StepRequest, "step", api.step), (TuneRequest, "tune", api.tune)]
-
-
-def _command(name: str) -> argparse.ArgumentParser:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices[name]
 
 
 def _fields(kind: type[Request]) -> list[tuple[str, str, str]]:
@@ -44,7 +37,7 @@ def test_every_request_has_an_entry() -> None:
 
 @pytest.mark.parametrize(("kind", "command", "function"), ENTRIES, ids=[c for _, c, _ in ENTRIES])
 def test_every_field_is_a_flag_with_its_description(kind: type[Request], command: str, function: object) -> None:
-    helps = {flag: action.help or "" for action in _command(command)._actions for flag in action.option_strings}
+    helps = {flag: action.help or "" for action in command_parser(command)._actions for flag in action.option_strings}
     for name, flag, description in _fields(kind):
         assert flag in helps, f"{kind.__name__}.{name} has no flag {flag}"
         assert description and description in helps[flag], f"{flag}: help differs from the field's description"

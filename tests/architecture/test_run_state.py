@@ -91,6 +91,7 @@ def test_the_network_model_is_built_in_few_places() -> None:
     assert len(found) <= MODEL_SITES, found
 
 
+@pytest.mark.slow
 def test_few_functions_take_both_hardware_and_mapping() -> None:
     found = [f"{_name(p)} {where}" for p in MODULES for where in hardware_and_mapping(ast.parse(p.read_text()))]
     assert len(found) <= HARDWARE_AND_MAPPING, found

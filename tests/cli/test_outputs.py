@@ -14,7 +14,7 @@ import pytest
 
 from tests.small_model import SMALL_MODEL_YAML
 from tpusim import api
-from tpusim.cli.main import build_parser, main
+from tpusim.cli.main import command_parser, main
 from tpusim.config.hardware import CalibratedProfile, PhysicalProfile
 from tpusim.errors import UserError
 from tpusim.units import format_size, format_time
@@ -37,14 +37,8 @@ def small_model(tmp_path: Path) -> str:
     return str(path)
 
 
-def _subparser(command: str) -> argparse.ArgumentParser:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[command]
-
-
 def _action(command: str, flag: str) -> argparse.Action:
-    return next(a for a in _subparser(command)._actions if flag in a.option_strings)
+    return next(a for a in command_parser(command)._actions if flag in a.option_strings)
 
 
 # ---------------------------------------------------------------------------------------------- gemm's slice count
@@ -100,7 +94,7 @@ def test_no_feasible_slice_count_names_no_flag_the_user_never_gave(capsys: pytes
 
 @pytest.mark.parametrize("command", ["gemm", "step", "tune", "plan"])
 def test_k_is_only_ever_the_contraction_dimension(command: str) -> None:
-    parser = _subparser(command)
+    parser = command_parser(command)
     calls_k = {a.option_strings[0] for a in parser._actions
                if re.search(r"\bK\d?\b", f"{a.help or ''} {a.metavar or ''}")}
     assert calls_k <= {"--k", "--dataflow"}  # the contraction: --k itself, and the operand shapes [N,K], [K,M]
@@ -109,12 +103,12 @@ def test_k_is_only_ever_the_contraction_dimension(command: str) -> None:
 
 
 def test_per_layer_flags_show_that_they_take_one_value_or_four() -> None:
-    usage = _subparser("step").format_usage()
+    usage = command_parser("step").format_usage()
     for shown in ("--slices S[,S,S,S]", "--dataflows DF[,DF,DF,DF]", "--transposes T[,T,T,T]",
                   "--remat-save NAME[,NAME...]"):
         assert shown in usage
     assert "each one of os, ls, rs" in (_action("step", "--dataflows").help or "")
-    assert "--dataflows DF[,DF...]" in _subparser("tune").format_usage()
+    assert "--dataflows DF[,DF...]" in command_parser("tune").format_usage()
 
 
 @pytest.mark.parametrize("command", ["gemm", "step", "tune", "plan"])

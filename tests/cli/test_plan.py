@@ -38,6 +38,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, list[
     return printed[0], printed[1], rows
 
 
+@pytest.mark.slow
 def test_json_candidates_are_ranked_and_those_of_tune_all(outputs: tuple[dict, dict, list[dict[str, str]]]) -> None:
     plan, tuned, _ = outputs
     candidates = plan["candidates"]

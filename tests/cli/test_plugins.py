@@ -56,6 +56,7 @@ def model(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_gemm_runs_the_plugin_and_it_is_exact(tmp_path: Path) -> None:
     result = _json(_tpusim([*GEMM, "--verify", "--json"], tmp_path))
     assert result["algorithm"] == "my-alg"
@@ -70,6 +71,7 @@ def test_an_algorithm_the_registry_lacks_is_still_refused_without_the_plugin(tmp
                                            "summa, tp1d, wang")
 
 
+@pytest.mark.slow
 def test_step_tune_with_two_workers_and_an_experiment_run_the_plugin(tmp_path: Path, model: Path) -> None:
     step = _json(_tpusim([*STEP, "--model", str(model), "--json"], tmp_path))
     assert step["algorithm"] == "my-alg"
@@ -88,6 +90,7 @@ def test_step_tune_with_two_workers_and_an_experiment_run_the_plugin(tmp_path: P
     assert rows[0]["step_time_s"] == step["step_time_s"]  # a worker process computed the CLI's figure
 
 
+@pytest.mark.slow
 def test_an_error_in_a_tune_worker_reaches_the_user_from_the_worker(tmp_path: Path, model: Path) -> None:
     argv = ["tune", "--hardware", "tpuv4", "--chips", "4", "--algorithm", "failing-alg", "--model", str(model)]
     alone = _tpusim([*argv, "--jobs", "1"], tmp_path, plugins="failing_alg")
@@ -105,6 +108,7 @@ def test_an_error_in_a_tune_worker_reaches_the_user_from_the_worker(tmp_path: Pa
     ("broken_plugin", "plug-in 'broken_plugin' (named in $TPUSIM_PLUGINS) failed to load: RuntimeError: "
                       f"{'x' * 200}... (1000 characters)"),
 ])
+@pytest.mark.slow
 def test_a_plugin_that_fails_to_load_is_one_line_and_exit_2(tmp_path: Path, plugins: str, line: str | None) -> None:
     (tmp_path / "broken_plugin.py").write_text("raise RuntimeError('x' * 1000)\n")
     done = _tpusim(GEMM, tmp_path, plugins=plugins, path=[tmp_path])
@@ -123,6 +127,7 @@ def _distribution(folder: Path, entry: str) -> None:
 
 
 @pytest.mark.parametrize("entry", ["mine = my_alg", "mine = callable_plugin:register"], ids=["module", "callable"])
+@pytest.mark.slow
 def test_an_entry_point_registers_without_the_variable(tmp_path: Path, entry: str) -> None:
     (tmp_path / "callable_plugin.py").write_text("def register() -> None:\n    import my_alg  # noqa: F401\n")
     _distribution(tmp_path, entry)
@@ -133,6 +138,7 @@ def test_an_entry_point_registers_without_the_variable(tmp_path: Path, entry: st
     assert result["algorithm"] == "my-alg"
 
 
+@pytest.mark.slow
 def test_an_entry_point_that_fails_is_one_line_naming_it(tmp_path: Path) -> None:
     _distribution(tmp_path, "mine = my_alg:no_such_function")
     done = _tpusim(GEMM, tmp_path, plugins=None, path=[tmp_path])

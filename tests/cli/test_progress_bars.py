@@ -57,6 +57,7 @@ def test_phases_count_from_zero_each_to_their_own_total() -> None:
     assert "2/2" in _last_frame(drawn)
 
 
+@pytest.mark.slow
 def test_tune_counts_its_stages_to_the_total_on_a_terminal(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     terminal = Terminal()
@@ -69,6 +70,7 @@ def test_tune_counts_its_stages_to_the_total_on_a_terminal(monkeypatch: pytest.M
     assert f"| {stages}/{stages} [" in last
 
 
+@pytest.mark.slow
 def test_a_long_step_counts_its_layers_then_the_step_on_a_terminal(monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(step_command, "BAR_DELAY_S", 0.0)  # this step is quick; a real one draws after the delay
@@ -89,6 +91,7 @@ def test_a_quick_step_draws_no_bar_even_on_a_terminal(monkeypatch: pytest.Monkey
     assert "%|" not in terminal.getvalue()
 
 
+@pytest.mark.slow
 def test_reproduce_counts_the_points_of_its_family_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     terminal = Terminal()
@@ -102,6 +105,7 @@ def test_reproduce_counts_the_points_of_its_family_on_a_terminal(tmp_path: Path,
 
 
 @pytest.mark.parametrize("argv", [TUNE, STEP], ids=["tune", "step"])
+@pytest.mark.slow
 def test_piped_standard_error_carries_no_bar(argv: list[str], monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(step_command, "BAR_DELAY_S", 0.0)

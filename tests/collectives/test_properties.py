@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def test_ring_gather_and_scatter_conserve_bytes(
 NETWORKS = [("torus:6x4", 6, 4), ("mesh:5x4", 5, 4), ("4x4x4", 8, 8), ("torus:7", 1, 7), ("2x2x4", 4, 4)]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     network=st.sampled_from(NETWORKS),
@@ -74,6 +76,7 @@ def test_more_bandwidth_is_never_slower_physical(
     assert fast.bytes_sent == slow.bytes_sent
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     shape=st.sampled_from([(8, 8), (32, 8), (4, 16)]),

@@ -52,6 +52,7 @@ CHIPS = (32, 64, 128, 256, 512, 1024, 2048)
 MFU = {"collective": 0.60, "wang": 0.70, "summa": 0.72, "meshslice": 0.77, "tp1d": 0.26}
 
 
+@pytest.mark.slow
 def test_weak_scaling_legend_sits_below_every_panel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """tp1d's low MFU at 32 chips lies in a panel's lower left corner, where an in-panel legend would sit."""
     rows = [tuned_row(model, "ignored", algorithm, chips, mfu / (1 + index), 1.0)
@@ -138,6 +139,7 @@ def pod_row(model: str, chips: int, step: float | None) -> dict[str, Any]:
             "mfu": 0.5 if step is not None else None, "zero_stage": 1, "error": error, **parts}
 
 
+@pytest.mark.slow
 def test_pod_bars_stack_the_step_and_their_labels_never_overlap(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
     """Five chip counts per model, bars of nearly equal height (weak scaling) and one point without a result: every

@@ -41,6 +41,7 @@ def test_scalar_fit_minimises_the_log_error_of_rows_that_disagree() -> None:
     assert best == pytest.approx(math.sqrt(0.5 * 0.8), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_the_shipped_profiles_carry_the_constants_the_procedure_prints() -> None:
     fitted = {(c.profile, c.name): c.value for c in calibrate().constants}
     shipped = {}
@@ -58,6 +59,7 @@ def test_the_shipped_profiles_carry_the_constants_the_procedure_prints() -> None
     assert all(round(value, DIGITS) == value for value in fitted.values())
 
 
+@pytest.mark.slow
 def test_every_calibration_row_is_within_ten_percent_of_its_measurement() -> None:
     rows = compare_measurements()
     assert len(rows) == 8
@@ -66,6 +68,7 @@ def test_every_calibration_row_is_within_ten_percent_of_its_measurement() -> Non
     assert worst <= 0.10
 
 
+@pytest.mark.slow
 def test_the_v4_32_comparison_is_within_its_bounds_at_the_derived_link_efficiency() -> None:
     checks = measured_checks(EXPLAINED_DIFFERENCES)
     assert len(checks) == 48

@@ -71,6 +71,7 @@ def test_a_sweep_that_varies_the_key_already_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("hardware", "settings"), [("meshslice-sim", 9), ("tpuv4", 17)])
+@pytest.mark.slow
 def test_the_packaged_headline_runs_under_each_setting_its_profile_takes(hardware: str, settings: int) -> None:
     """As ``reproduce --lead-ranges`` builds it: the sensitivity family's scale list and its exclusions (the
     calibrated profiles have no handshake, op overhead, vector unit or DMA contention to scale)."""

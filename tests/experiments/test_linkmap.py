@@ -132,6 +132,7 @@ def test_importing_the_module_does_not_import_matplotlib() -> None:
     assert result.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_a_simulated_all_gather_lights_only_its_snake_ring(tmp_path: Path) -> None:
     from tpusim.collectives.call import CollectiveCall
     from tpusim.collectives.device import run_spmd

@@ -78,6 +78,7 @@ def _snake_links(topology: PhysicalTopology, mesh: tuple[int, int], axis: int) -
 
 
 @pytest.mark.parametrize("multi_axis", ["snake", "dimensional"])
+@pytest.mark.slow
 def test_an_all_gather_map_names_the_busiest_links_of_its_busy_array(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], multi_axis: str) -> None:
     argv = [*ALL_GATHER, "--multi-axis", multi_axis]
@@ -162,6 +163,7 @@ def test_a_symmetric_run_fills_the_groups_it_did_not_simulate_exactly() -> None:
     np.testing.assert_allclose(symmetric, full, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_a_symmetric_gemm_map_equals_the_full_fidelity_one(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     maps = {fidelity: tmp_path / f"{fidelity}.png" for fidelity in ("symmetric", "full")}
@@ -185,6 +187,7 @@ def test_a_symmetric_gemm_map_equals_the_full_fidelity_one(tmp_path: Path,
         assert _busiest_notes(result["notes"]) == busiest_links(topology, utilisation, top=5)
 
 
+@pytest.mark.slow
 def test_a_step_map_covers_the_whole_extrapolated_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "tiny.yaml"
     model.write_text(TINY_MODEL)

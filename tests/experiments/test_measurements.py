@@ -318,6 +318,7 @@ def test_the_text_table_and_its_summary_lines(monkeypatch: pytest.MonkeyPatch,
                               "remat rest (~full)' simulated as recompute full)")
 
 
+@pytest.mark.slow
 def test_validate_reports_the_shipped_rows_without_failing_on_them(monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Measured rows have no tolerance: a 300 % delta leaves the exit status and the failed count alone."""

@@ -38,6 +38,7 @@ def tidy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, pd.DataFrame, l
     return summary, pd.read_csv(folder / "out" / "results.csv"), entries
 
 
+@pytest.mark.slow
 def test_every_input_of_a_point_is_a_column(tidy: tuple[Any, pd.DataFrame, list[dict[str, Any]]]) -> None:
     _, frame, _ = tidy
     assert len(frame) == 4
@@ -110,6 +111,7 @@ def test_a_sweep_of_one_kind_has_plain_dtypes(tmp_path: Path) -> None:
     assert frame["slices_ff2"].tolist() == [2, 2, 4, 4] and frame["point.scale.beta"].tolist() == [0.5, 1.0] * 2
 
 
+@pytest.mark.slow
 def test_resume_rebuilds_rows_of_an_older_format(tmp_path: Path) -> None:
     (tmp_path / "experiment.yaml").write_text(EXPERIMENT)
     run_experiment(tmp_path / "experiment.yaml", tmp_path / "clean")

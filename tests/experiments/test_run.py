@@ -72,6 +72,7 @@ def test_outputs_and_rows(tmp_path: Path) -> None:
     assert collective_row["time_s"] == pytest.approx(collective_row["analytic_time_s"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_byte_identical_across_runs_and_jobs(tmp_path: Path) -> None:
     path = write(tmp_path)
     run_experiment(path, tmp_path / "a")
@@ -80,6 +81,7 @@ def test_byte_identical_across_runs_and_jobs(tmp_path: Path) -> None:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_identical_files(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     path = write(tmp_path)
@@ -89,6 +91,7 @@ def test_dask_local_cluster_gives_identical_files(tmp_path: Path) -> None:
         assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_local_dask_cluster_starts_at_most_one_worker_per_cpu(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     cpus = os.cpu_count() or 1
@@ -96,6 +99,7 @@ def test_a_local_dask_cluster_starts_at_most_one_worker_per_cpu(tmp_path: Path) 
     assert f"--jobs {cpus + 62} is more than this machine's {cpus} CPUs; ran {cpus} worker processes" in summary.notes
 
 
+@pytest.mark.slow
 def test_sigkill_half_way_then_resume_completes_identically(tmp_path: Path) -> None:
     path = write(tmp_path)
     run_experiment(path, tmp_path / "clean")
@@ -129,6 +133,7 @@ def test_a_fresh_run_never_replaces_another_experiments_results(tmp_path: Path) 
     assert run_experiment(write(tmp_path), tmp_path / "out").finished == 9  # the same experiment may run again
 
 
+@pytest.mark.slow
 def test_force_replaces_another_experiments_results(tmp_path: Path) -> None:
     run_experiment(write(tmp_path), tmp_path / "out")
     other = write(tmp_path, EXPERIMENT.replace("m: 4096", "m: 8192"))

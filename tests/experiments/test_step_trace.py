@@ -130,6 +130,7 @@ def test_op_names_carry_layer_pass_and_slice(whole_step: tuple[Trace, dict[str, 
     assert {"L1 fwd ff1 all-gather", "L0 fwd ln1.psum all-reduce"} <= collectives
 
 
+@pytest.mark.slow
 def test_flows_pair_sender_port_with_receiver_collective(whole_step: tuple[Trace, dict[str, Any]]) -> None:
     trace, _ = whole_step
     starts = [e for e in trace.events if e["ph"] == "s"]
@@ -166,6 +167,7 @@ def test_times_and_compute_agree_with_the_result(whole_step: tuple[Trace, dict[s
     assert any(note.startswith("trace: all 2 layers") for note in result["notes"])
 
 
+@pytest.mark.slow
 def test_an_extrapolated_step_traces_the_layers_it_simulated(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     trace_path = tmp_path / "step.json"
@@ -194,6 +196,7 @@ def test_api_step_writes_the_same_trace(tmp_path: Path) -> None:
     assert set(Trace(path).processes) == {0}
 
 
+@pytest.mark.slow
 def test_tune_traces_its_best_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "best.json"
     code, out, _ = run(capsys, ["tune", "--model", str(tiny_model(tmp_path, 2)), "--hardware", "tpuv4",

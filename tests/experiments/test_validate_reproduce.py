@@ -19,6 +19,7 @@ from tpusim.experiments.reproduce import headline_table, reproduce
 from tpusim.experiments.runners import run_request
 
 
+@pytest.mark.slow
 def test_validate_passes_and_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -28,6 +29,7 @@ def test_validate_passes_and_prints_the_table(capsys: pytest.CaptureFixture[str]
     assert any("DES vs closed form" in q for q in quantities)
 
 
+@pytest.mark.slow
 def test_validate_exits_3_when_a_check_misses(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(validation, "checks", lambda: [validation.Check("made-up", 100.0, 103.0, 0.01)])
@@ -37,6 +39,7 @@ def test_validate_exits_3_when_a_check_misses(monkeypatch: pytest.MonkeyPatch,
     assert "1 validation check(s) exceeded their tolerance: made-up" in captured.err
 
 
+@pytest.mark.slow
 def test_slice_sweep_family_writes_its_table_and_figure(tmp_path: Path) -> None:
     [output] = reproduce("slice-sweep", tmp_path, quick=True)
     assert output.csv == tmp_path / "slice-sweep" / "slice-sweep.csv"

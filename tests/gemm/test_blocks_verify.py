@@ -43,7 +43,8 @@ def _problems(model: TransformerModel, feature_parts: int) -> list[GemmProblem]:
     return list(found.values())
 
 
-@pytest.mark.parametrize("name", sorted(BLOCKS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if name == "parallel" else [])
+                                  for name in sorted(BLOCKS)])  # the parallel block's GeMMs are the largest
 @pytest.mark.parametrize("algorithm", sorted(algorithms()))
 def test_block_gemms_are_exact(profile_mesh, name: str, algorithm: str) -> None:
     chosen = algorithms()[algorithm]

@@ -23,6 +23,7 @@ VARIANTS = [None, "bidirectional-halves"]
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("n", [4, 8])
 @pytest.mark.parametrize("variant", VARIANTS, ids=str)
+@pytest.mark.slow
 def test_products_exact(profile_mesh, hw_name: str, n: int, variant: str | None) -> None:
     hw = load_hardware(hw_name)
     mapping = profile_mesh(hw, n, n)[1]
@@ -49,7 +50,7 @@ def _run(profile_mesh, problem: GemmProblem, variant: str | None, n: int):  # ty
     return result, terms
 
 
-@pytest.mark.parametrize("n", [4, 8, 16])
+@pytest.mark.parametrize("n", [4, *(pytest.param(n, marks=pytest.mark.slow) for n in (8, 16))])
 @pytest.mark.parametrize("variant", VARIANTS, ids=str)
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(profile_mesh, n: int, variant: str | None, dataflow: Dataflow) -> None:
@@ -100,6 +101,7 @@ def test_ls_rs_against_reference_form(profile_mesh, dataflow: Dataflow) -> None:
             assert result.time_s > reference
 
 
+@pytest.mark.slow
 def test_halves_beat_textbook_when_shift_bound(profile_mesh) -> None:
     """Half-blocks in both directions halve the per-step bandwidth term; on shift-bound blocks the
     authors' version is faster despite its full all-gathers."""

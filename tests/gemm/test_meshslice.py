@@ -36,6 +36,7 @@ def _problem(dataflow: Dataflow, sliced: int, free: tuple[int, int], transpose: 
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", [*MESHES, (8, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.slow
 def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
     mapping = profile_mesh(hw, *mesh)[1]
@@ -58,6 +59,7 @@ REGIMES = [((65536, 65536), 8), ((1024, 1024), 2), ((16384, 1024), 2)]
 
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+@pytest.mark.slow
 def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     mapping = profile_mesh(hw, *mesh)[1]
@@ -167,6 +169,7 @@ def test_mean_overlap_switch_changes_only_the_twin(profile_mesh) -> None:
 
 
 # -- 4. the headline ordering on GPT-3 FF1 ---------------------------------------------------------------
+@pytest.mark.slow
 def test_gpt3_ff1_exposed_communication(profile_mesh) -> None:
     """GPT-3 FF1 (M = 256 x 2048 tokens, K = 12288, N = 49152, OS) on 32x8: with K = 8 only MeshSlice's
     slice-0 gathers stay exposed (833.57 us, the 32-chip W gather), against the collective's whole X gather

@@ -24,6 +24,7 @@ def _contract(module: str, algorithm: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_wrong_product_fails_the_contract() -> None:
     done = _contract("wrong_alg", "wrong-alg")
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout

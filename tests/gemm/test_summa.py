@@ -28,6 +28,7 @@ MESHES = [(4, 4), (8, 4), (4, 8), (8, 8)]
 # -- 1. exact products --------------------------------------------------------------------------------
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.slow
 def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
     mapping = profile_mesh(hw, *mesh)[1]
@@ -67,6 +68,7 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
 
 
 @pytest.mark.parametrize("dataflow", [Dataflow.LS, Dataflow.RS], ids=str)
+@pytest.mark.slow
 def test_physical_reduces_pipeline_below_twin(profile_mesh, dataflow: Dataflow) -> None:
     """On the tpuv4 torus a link is held only for serialization (hop latency is propagation), so successive
     reduces on the 8-chip axis overlap their latency where the closed form queues whole reduces FIFO; when
@@ -145,6 +147,7 @@ def test_panel_options(mesh: tuple[int, int], counts: list[int]) -> None:
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize(("mesh", "panels"), [((8, 4), (1, 2, 4)), ((4, 8), (2, 4)), ((4, 4), (1, 2))],
                          ids=str)
+@pytest.mark.slow
 def test_products_exact_for_every_panel_count(profile_mesh, hw_name: str, mesh: tuple[int, int],
                                               panels: tuple[int, ...]) -> None:
     """Fewer, wider panels than lcm(R, C): a panel spanning several ranks' blocks is broadcast by each of them,
@@ -157,6 +160,7 @@ def test_products_exact_for_every_panel_count(profile_mesh, hw_name: str, mesh: 
 
 @pytest.mark.parametrize("mesh", [(8, 4), (4, 8)], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
+@pytest.mark.slow
 def test_des_equals_twin_for_every_panel_count(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     mapping = profile_mesh(hw, *mesh)[1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tpusim.collectives.factory import network_for
@@ -15,7 +17,7 @@ from tpusim.vocabulary import Dataflow, Fidelity
 MESHES_2D = [(4, 4), (8, 4), (4, 8)]
 
 
-def _cases() -> list[tuple[str, str, tuple[int, int], str | None, int | None]]:
+def _cases() -> list[Any]:  # pytest.param sets
     cases = []
     for hardware in ("meshslice-tpu-fit", "tpuv4"):
         for name in algorithms():
@@ -28,7 +30,9 @@ def _cases() -> list[tuple[str, str, tuple[int, int], str | None, int | None]]:
             variants = [None, "bidirectional-halves"] if name == "cannon" else [None]
             for mesh in meshes:
                 for variant in variants:
-                    cases.append((hardware, name, mesh, variant, 2 if name == "meshslice" else None))
+                    slow = [pytest.mark.slow] if name == "cannon" and mesh != (4, 4) else []  # 1 to 6 s each
+                    cases.append(pytest.param(hardware, name, mesh, variant, 2 if name == "meshslice" else None,
+                                              marks=slow))
     return cases
 
 

@@ -32,13 +32,15 @@ def _terms(problem: GemmProblem, hw: HardwareProfile, mapping: MeshMapping) -> R
 
 @pytest.mark.parametrize("hw_name", ["meshslice-tpu-fit", "tpuv4"])
 @pytest.mark.parametrize("mesh", MESHES, ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.slow
 def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> None:
     hw = load_hardware(hw_name)
     mapping = profile_mesh(hw, *mesh)[1]
     assert_exact_products("wang", hw, mapping, SMALL, [GemmParams(prefetch=p) for p in (Prefetch.NONE, Prefetch.IDEAL)])
 
 
-@pytest.mark.parametrize("mesh", [*MESHES, (2, 4), (4, 2)], ids=lambda m: f"{m[0]}x{m[1]}")
+@pytest.mark.parametrize("mesh", [pytest.param(m, marks=[pytest.mark.slow] if m == (8, 8) else [])
+                                  for m in [*MESHES, (2, 4), (4, 2)]], ids=lambda m: f"{m[0]}x{m[1]}")
 @pytest.mark.parametrize("dataflow", list(Dataflow), ids=str)
 def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflow: Dataflow) -> None:
     """Both regimes (shift-bound small blocks, GeMM-bound large ones), every prefetch policy, both layouts.

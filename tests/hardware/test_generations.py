@@ -112,6 +112,7 @@ def test_collectives_on_new_generations_equal_their_twins(name: str, topology: s
     assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_faster_links_of_v6e_show_in_a_collective() -> None:
     """The same shape on v5e and v6e: v6e's links are twice as fast one way, so the wire part halves."""
     v5e = tp.collective(hardware="tpuv5e", topology="16x16", mesh="16x16", axis=1, op="all-gather",

@@ -144,6 +144,7 @@ def test_custom_mxu_dim() -> None:
 @given(
     m=st.integers(1, 5000), n=st.integers(1, 5000), k=st.integers(1, 5000),
 )
+@pytest.mark.slow
 def test_roofline_never_faster_than_unpadded_compute_or_hbm(m: int, n: int, k: int) -> None:
     chip = _roofline()
     t = chip.gemm_time(m, n, k)

@@ -75,6 +75,7 @@ def test_registered_names() -> None:
         "meshslice-sim", "meshslice-tpu-fit", "tpuv4", "tpuv4-wire", "tpuv5e", "tpuv5p", "tpuv6e"]
 
 
+@pytest.mark.slow
 def test_every_yaml_in_configs_hardware_loads() -> None:
     files = sorted((ROOT / "configs" / "hardware").glob("*.yaml"))
     assert files
@@ -434,6 +435,7 @@ def test_scaled_hbm_and_flops_scale_the_efficiencies() -> None:
     assert scaled.name == "tpuv4[flops*0.8,hbm*0.5]"
 
 
+@pytest.mark.slow
 def test_a_slower_mxu_lowers_mfu() -> None:
     import yaml
 

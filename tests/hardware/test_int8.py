@@ -38,6 +38,7 @@ def test_int8_gemm_time_is_the_roofline_hand_formula(m: int, n: int, k: int) -> 
                                                                      rel=1e-12)
 
 
+@pytest.mark.slow
 def test_an_int8_step_is_faster_with_mfu_against_the_bf16_peak() -> None:
     args = {"model": "gpt3-175b", "hardware": "tpuv5e", "mesh": "16x16", "algorithm": "collective",
             "recompute": "full", "ignore_memory": True}

@@ -81,6 +81,7 @@ def test_hfu_counts_the_fused_backward_recomputation() -> None:
                                                           rel=1e-12)
 
 
+@pytest.mark.slow
 def test_step_and_tune_record_the_variant_and_fused_is_faster_on_tpuv4() -> None:
     common = {"model": "gpt3-175b", "hardware": "tpuv4", "mesh": "4x4", "algorithm": "collective",
               "batch": 16, "ignore_memory": True}

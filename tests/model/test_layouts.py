@@ -46,6 +46,7 @@ def test_a_mesh_is_named_by_its_zero_stage() -> None:
 
 
 @pytest.mark.parametrize("tensor", ["4x4", "16"])
+@pytest.mark.slow
 def test_fsdp_is_the_data_axis_at_zero_stage_3(tensor: str) -> None:
     rows, cols = [*tensor.split("x"), "1"][:2]
     named = tp.step(layout=f"fsdp=4,tensor={tensor}", **COMMON).to_dict()
@@ -56,18 +57,21 @@ def test_fsdp_is_the_data_axis_at_zero_stage_3(tensor: str) -> None:
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2])
+@pytest.mark.slow
 def test_data_is_the_data_axis_at_the_requests_zero_stage(stage: int) -> None:
     named = tp.step(layout="data=4,tensor=4x4", zero_stage=stage, **COMMON).to_dict()
     assert named == tp.step(mesh="4x4x4", zero_stage=stage, **COMMON).to_dict()
     assert (named["named_layout"], named["zero_stage"], named["data_parallel"]) == ("data=4,tensor=4x4", stage, 4)
 
 
+@pytest.mark.slow
 def test_a_tensor_only_layout_is_the_plain_mesh() -> None:
     named = tp.step(layout="tensor=8x8", **COMMON).to_dict()
     assert named == tp.step(mesh="8x8", **COMMON).to_dict()
     assert (named["named_layout"], named["data_parallel"], named["zero_stage"]) == ("tensor=8x8", 1, None)
 
 
+@pytest.mark.slow
 def test_the_default_stage_of_a_data_layout_is_the_requests_default() -> None:
     assert tp.step(layout="data=4,tensor=4x4", **COMMON).zero_stage == 1
 
@@ -150,6 +154,7 @@ def test_layout_model_state_per_chip_follows_the_axes(fsdp: int, data: int, stag
 
 @pytest.mark.parametrize("layout, stage", [("fsdp=4,tensor=4x4", 3), ("data=4,tensor=4x4", 0),
                                            ("data=4,tensor=4x4", 2), ("tensor=8x8", 1)])
+@pytest.mark.slow
 def test_a_layout_steps_memory_is_the_formula(layout: str, stage: int) -> None:
     fields = {**COMMON, "layout": layout} | ({"zero_stage": stage} if "data" in layout else {})
     result = tp.step(**fields)
@@ -178,6 +183,7 @@ def _seconds(result: tp.StepResult, ops: tuple[str, ...]) -> float:
 
 
 @pytest.mark.parametrize("slices", [2, 3, 4])
+@pytest.mark.slow
 def test_the_dcn_all_reduce_of_the_last_bucket_is_what_slices_add(slices: int) -> None:
     # every chip alike (MeshSlice), no overlap limits (tpuv4-wire), a backward block far longer than a bucket's
     # all-reduce: the earlier buckets hide, the last one's DCN all-reduce is the whole difference but for what the
@@ -201,6 +207,7 @@ def test_the_dcn_all_reduce_of_the_last_bucket_is_what_slices_add(slices: int) -
     assert many.mfu == pytest.approx(one.mfu * one.step_time_s / many.step_time_s, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
     # the bucket is reduce-scattered over fsdp first, then its 1/F shard all-reduced across the slices
     fields = {**COMMON, "algorithm": "meshslice", "slices": 2, "hardware": "tpuv4-wire"}
@@ -222,6 +229,7 @@ def test_slices_over_dcn_with_an_ici_fsdp_axis() -> None:
     ("dcn_data=2,fsdp=16,tensor=4", "tp1d", "4x4x4"),
     ("dcn_data=4,tensor=1x1", "collective", "1x1x1"),  # slices of one chip, smaller than a host of 4
 ])
+@pytest.mark.slow
 def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str, topology: str) -> None:
     """A representative chip stands for its host-mates on the host links (no more than its slice has): with the
     DCN slowed until it is a large part of the step, the step, its exposed DCN time and its compute equal those of
@@ -240,6 +248,7 @@ def test_symmetric_steps_over_dcn_equal_full_ones(layout: str, algorithm: str, t
 
 
 @pytest.mark.parametrize("slices", [2, 3, 4])
+@pytest.mark.slow
 def test_weights_sharded_across_slices_add_two_gathers_and_a_reduce_scatter(slices: int) -> None:
     # dcn_fsdp: every block's weights (one collective: they are within the combine threshold) are all-gathered
     # across the slices one use ahead and its gradients reduce-scattered across them; on tpuv4-wire all hide but
@@ -263,6 +272,7 @@ def test_weights_sharded_across_slices_add_two_gathers_and_a_reduce_scatter(slic
     assert (many.named_layout, many.dcn_axis, many.zero_stage) == (f"dcn_fsdp={slices},tensor=4x4", "dcn_fsdp", None)
 
 
+@pytest.mark.slow
 def test_symmetric_fidelity_is_refused_with_dcn_fsdp_and_auto_runs_full(capsys: pytest.CaptureFixture[str]) -> None:
     """A gather across slices completes in each host's order, so groups drift apart: no representative stands for
     them (auto runs every chip and says why)."""
@@ -277,6 +287,7 @@ def test_symmetric_fidelity_is_refused_with_dcn_fsdp_and_auto_runs_full(capsys: 
 
 
 @pytest.mark.parametrize("across", ["dcn_fsdp", "dcn_data"])
+@pytest.mark.slow
 def test_memory_of_slices_that_shard_or_replicate_the_state(across: str) -> None:
     """dcn_fsdp shards the state over fsdp x S (ZeRO 3); dcn_data replicates it, one slice's on its share."""
     result = tp.step(**{**COMMON, "layout": f"{across}=2,fsdp=4,tensor=4x4", "batch": 128})

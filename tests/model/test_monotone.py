@@ -116,6 +116,7 @@ def configs(draw: st.DrawFn) -> Config:
 
 @settings(max_examples=80, deadline=None)
 @given(config=configs(), relaxation=st.sampled_from(list(Relaxation)), factor=st.sampled_from([1.5, 2.0, 4.0]))
+@pytest.mark.slow
 def test_relaxing_never_lengthens_a_step(config: Config, relaxation: Relaxation, factor: float) -> None:
     check_monotone(config, relaxation, factor)
 
@@ -136,6 +137,7 @@ def test_the_property_catches_a_link_that_slows_with_more_bandwidth(monkeypatch:
         check_monotone(config, Relaxation.LINK_BANDWIDTH, 2.0)
 
 
+@pytest.mark.slow
 def test_prefetch_no_longer_delays_the_gather_it_overlaps() -> None:
     """The defect in small: Wang on 4x2 of tpuv4. The only overlap the limit of one all-gather prevents is the
     out-projection's early weight gather beside the first GeMM's own weight gather, on the same links; it made the

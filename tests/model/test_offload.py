@@ -85,6 +85,7 @@ def test_each_offloaded_tensor_leaves_after_its_producer_and_returns_before_its_
     assert plan_step(_spec(hardware, remat_save=INPUT_AND_FF1), (2, 2)).offload == ()
 
 
+@pytest.mark.slow
 def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way() -> None:
     hardware = load_hardware("tpuv4")
     assert isinstance(hardware, PhysicalProfile)
@@ -102,6 +103,7 @@ def test_host_link_busy_time_is_the_offloaded_bytes_over_the_bandwidth_each_way(
     assert _host_s(result) == pytest.approx(_host_s(every), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_micro_batches_each_move_their_own_activations() -> None:
     hardware = load_hardware("tpuv4")
     assert isinstance(hardware, PhysicalProfile)
@@ -112,6 +114,7 @@ def test_micro_batches_each_move_their_own_activations() -> None:
     assert _host_s(result)[:2] == pytest.approx((whole, whole), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_with_a_huge_host_bandwidth_offload_times_as_saving_in_hbm() -> None:
     # DMA's HBM traffic off: the copies' bytes would otherwise still slow the compute they overlap
     hardware = _with_host(load_hardware("tpuv4"), 1e9, dma=0)
@@ -152,6 +155,7 @@ def test_a_tiny_host_bandwidth_makes_the_step_link_bound_as_computed_by_hand() -
     assert offloaded.fidelity == "symmetric" and not any("each distinct op" in note for note in offloaded.notes)
 
 
+@pytest.mark.slow
 def test_a_slower_host_link_never_speeds_the_step() -> None:
     base = load_hardware("tpuv4")
     times = []
@@ -172,6 +176,7 @@ def test_the_copies_dma_slows_the_compute_it_overlaps_in_hbm() -> None:
     assert saved.hbm_stall_s == 0.0 and offloaded.hbm_stall_s > 0.0
 
 
+@pytest.mark.slow
 def test_the_memory_estimate_moves_the_offloaded_bytes_to_the_host() -> None:
     hardware = load_hardware("tpuv4")
     chips = 4
@@ -199,6 +204,7 @@ def test_offload_is_refused_on_a_profile_without_a_host_link() -> None:
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.slow
 def test_the_step_command_reports_the_host_link(capsys: pytest.CaptureFixture[str]) -> None:
     from tpusim.cli.main import main
     from tpusim.units import format_time

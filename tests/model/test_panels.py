@@ -124,9 +124,11 @@ STEP = {"model": TINY, "hardware": "tpuv4", "batch": 64, "ignore_memory": True}
 
 
 @pytest.mark.parametrize("algorithm, mesh, prefetch, recompute", [
-    ("summa", "4x4", "previous-gemm", "none"), ("meshslice", "2x8", "previous-op", "full"),
+    pytest.param("summa", "4x4", "previous-gemm", "none", marks=pytest.mark.slow),
+    pytest.param("meshslice", "2x8", "previous-op", "full", marks=pytest.mark.slow),
     ("collective", "8x2", "ideal", "selective"), ("tp1d", "8x1", "previous-gemm", "full"),
 ])
+@pytest.mark.slow
 def test_the_step_memory_grows_by_exactly_its_panels(algorithm: str, mesh: str, prefetch: str,
                                                      recompute: str) -> None:
     rows, cols = (int(v) for v in mesh.split("x"))
@@ -186,6 +188,7 @@ def test_a_limit_drops_the_options_whose_panels_overflow() -> None:
     assert estimate.total_bytes <= estimate.capacity_bytes
 
 
+@pytest.mark.slow
 def test_the_tuned_steps_memory_is_no_more_than_its_gate() -> None:
     """The whole step of the tuner's choice reports the exact panels of its plan, never above the gate's figure."""
     hardware = load_hardware("tpuv4")
@@ -218,6 +221,7 @@ def test_an_open_recompute_choice_is_made_again_with_the_panels_of_its_plan() ->
     assert chosen.step_time_s == explicit.step_time_s
 
 
+@pytest.mark.slow
 def test_the_tuner_passes_over_a_choice_no_layout_fits_once_its_panels_are_counted() -> None:
     found = tp.tune(**EDGE, chips=256)
     explicit = tp.tune(**EDGE, chips=256, recompute="minimal")

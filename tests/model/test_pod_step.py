@@ -52,6 +52,7 @@ def _pod(data: int, rows: int = 4, cols: int = 4, topology: str | None = None) -
 
 
 @pytest.mark.parametrize("algorithm, extra", [("summa", {}), ("meshslice", {"slices": 2})])
+@pytest.mark.slow
 def test_one_replica_is_the_plain_step(algorithm: str, extra: dict[str, int]) -> None:
     common = {"model": "gpt3-175b", "hardware": "tpuv4", "algorithm": algorithm, "ignore_memory": True, **extra}
     plain = tp.step(mesh="4x4", **common).to_dict()
@@ -77,6 +78,7 @@ def _assert_same_step(a: StepResult, b: StepResult, rel: float) -> None:
 
 
 @pytest.mark.parametrize("algorithm, slices, stage, optimizer", SYMMETRIC_CASES)
+@pytest.mark.slow
 def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] | None, stage: int,
                                         optimizer: bool) -> None:
     mapping = _pod(4, topology="4x4x4")
@@ -91,6 +93,7 @@ def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] 
 
 @pytest.mark.parametrize("algorithm, batch", [("tp1d", 64), ("fsdp", 128)])
 @pytest.mark.parametrize("stage", [0, 3])
+@pytest.mark.slow
 def test_symmetric_equals_full_for_1d_replicas(algorithm: str, batch: int, stage: int) -> None:
     mapping = _pod(4, 16, 1, topology="4x4x4")
     spec = StepSpec(TINY16, algorithm, batch, zero_stage=stage, optimizer=True, microbatches=2)
@@ -128,6 +131,7 @@ STRAGGLERS = {
 
 
 @pytest.mark.parametrize("name", list(STRAGGLERS))
+@pytest.mark.slow
 def test_simulating_the_touched_replicas_equals_simulating_every_chip(monkeypatch: pytest.MonkeyPatch,
                                                                       name: str) -> None:
     slow, links, stage, optimizer, microbatches = STRAGGLERS[name]
@@ -150,6 +154,7 @@ def test_simulating_the_touched_replicas_equals_simulating_every_chip(monkeypatc
 
 
 @pytest.mark.parametrize("algorithm, stage, microbatches", [("summa", 1, 1), ("cannon", 3, 2), ("collective", 0, 2)])
+@pytest.mark.slow
 def test_one_replica_stands_for_all_in_a_full_run(monkeypatch: pytest.MonkeyPatch, algorithm: str, stage: int,
                                                   microbatches: int) -> None:
     mapping = _pod(4, topology="4x4x4")
@@ -163,6 +168,7 @@ def test_one_replica_stands_for_all_in_a_full_run(monkeypatch: pytest.MonkeyPatc
     _assert_same_step(one, every, 1e-12)
 
 
+@pytest.mark.slow
 def test_a_slow_data_axis_link_simulates_every_replica() -> None:
     mapping = _pod(8, topology="4x4x8")
     links = parse_slow_links(["z:2"], mapping)
@@ -214,6 +220,7 @@ SYNCS = {
 
 
 @pytest.mark.parametrize("stage, accumulating", list(SYNCS))
+@pytest.mark.slow
 def test_the_data_parallel_collectives_of_each_zero_stage(stage: int, accumulating: bool) -> None:
     ops, per_group, passed = _data_calls(stage, accumulating)
     assert " ".join(f"{'G' if op.name == 'dp.grads' else 'W'}{op.target}" for op in ops) == SYNCS[
@@ -229,6 +236,7 @@ def test_the_data_parallel_collectives_of_each_zero_stage(stage: int, accumulati
     assert sorted(passed) == expected
 
 
+@pytest.mark.slow
 def test_the_tied_embedding_syncs_once_around_the_step() -> None:
     mapping = _pod(4, topology="4x4x4")
     spec = StepSpec(TINY, "collective", BATCH // 4, zero_stage=1, embedding=True, optimizer=True)
@@ -281,6 +289,7 @@ def tiny_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.slow
 def test_memory_per_chip_falls_with_the_replicas_as_the_zero_stage_says(tiny_yaml: Path, stage: int) -> None:
     seen = []
     for data in (1, 2, 4, 8):

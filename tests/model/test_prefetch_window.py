@@ -20,11 +20,13 @@ def _time(**changes: object) -> float:
     return api.step(**WANG, **changes).step_time_s
 
 
+@pytest.mark.slow
 def test_window_zero_is_none_and_window_one_is_previous_op() -> None:
     assert _time(prefetch="window", prefetch_window=0) == _time(prefetch="none")
     assert _time(prefetch="window", prefetch_window=1) == _time(prefetch="previous-op")
 
 
+@pytest.mark.slow
 def test_a_wider_window_hides_more_and_a_budget_too_small_for_any_buffer_hides_nothing() -> None:
     none, one, wide = _time(prefetch="none"), _time(prefetch="window", prefetch_window=1), _time(
         prefetch="window", prefetch_window=8)
@@ -32,6 +34,7 @@ def test_a_wider_window_hides_more_and_a_budget_too_small_for_any_buffer_hides_n
     assert _time(prefetch="window", prefetch_window=8, prefetch_budget="1 B") == none
 
 
+@pytest.mark.slow
 def test_the_budget_is_reserved_in_the_memory_estimate() -> None:
     plain = api.step(**WANG, prefetch="window", prefetch_window=4)
     reserved = api.step(**WANG, prefetch="window", prefetch_window=4, prefetch_budget="2 GiB")
@@ -51,6 +54,7 @@ def test_a_budget_needs_the_window_policy() -> None:
         api.step(**WANG, prefetch="previous-op", prefetch_budget="1 GiB")
 
 
+@pytest.mark.slow
 def test_previous_gemm_starts_gathers_earlier_than_previous_op() -> None:
     """XLA's placement: the weight gather of GeMM j + 1 starts with GeMM j, so the attention core, the norms and
     the LayerNorm all-reduce between them hide it too, where ``previous-op`` starts it with the last of those."""
@@ -65,6 +69,7 @@ def test_previous_gemm_alone_is_none() -> None:
     assert api.gemm(**gemm, prefetch="previous-gemm").time_s == api.gemm(**gemm, prefetch="none").time_s
 
 
+@pytest.mark.slow
 def test_an_unbounded_window_is_not_ideal() -> None:
     """``ideal`` hides each gather behind the GeMM that consumes it; an unbounded window hides gathers behind the
     ops before their GeMM, one after the other as the overlap limit allows. Neither contains the other: with 16
@@ -80,6 +85,7 @@ def test_an_unbounded_window_is_not_ideal() -> None:
 MESHSLICE = {**WANG, "algorithm": "meshslice", "slices": 4}
 
 
+@pytest.mark.slow
 def test_meshslice_first_slice_gather_follows_the_prefetch_policy_like_every_other_gather() -> None:
     """One policy for every algorithm (docs/algorithms.md#prefetch-policy): MeshSlice's slice-0 weight gather is
     data-independent, so ``previous-gemm`` starts it with the GeMM before and ``previous-op`` with the op before;
@@ -93,6 +99,7 @@ def test_meshslice_first_slice_gather_follows_the_prefetch_policy_like_every_oth
         exposed["previous-gemm"] - exposed["none"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_meshslice_prefetches_its_first_slice_not_the_whole_block() -> None:
     """The window's budget counts the gathered slice: a budget of exactly one slice-0 gather of the largest weight
     (1/K of its gathered block, which would need K times as much) lets the FF layers' first slices start early,
@@ -113,6 +120,7 @@ def test_meshslice_prefetches_its_first_slice_not_the_whole_block() -> None:
 @pytest.mark.parametrize("extra", [{"algorithm": "summa", "slices": 4}, {"algorithm": "cannon"},
                                    {"algorithm": "cannon", "variant": "bidirectional-halves"}],
                          ids=["summa", "cannon", "cannon-halves"])
+@pytest.mark.slow
 def test_summa_first_panel_and_cannon_skew_follow_the_prefetch_policy(extra: dict[str, object]) -> None:
     """SUMMA's first weight panel broadcast and Cannon's weight skew (its all-gather in bidirectional-halves) are
     data-independent first transfers like MeshSlice's slice 0: ``previous-gemm`` starts them with the GeMM before,

@@ -28,6 +28,7 @@ def _heuristic(tokens: int, inputs: int, outputs: int) -> str:
     return "rs"
 
 
+@pytest.mark.slow
 def test_a_layer_the_heuristic_cannot_run_keeps_the_largest_runnable_matrix_in_place() -> None:
     tokens = 4 * 64
     # (inputs, outputs) of qkv, out_proj, ff1, ff2: with 256 tokens the heuristic keeps W in place (rs) everywhere
@@ -47,6 +48,7 @@ def test_the_heuristic_dataflow_asked_for_is_still_refused() -> None:
         tp.step(**FIELDS, dataflows=["rs"] * 4)
 
 
+@pytest.mark.slow
 def test_a_runnable_heuristic_is_kept() -> None:
     # 6 x 64 = 384 tokens divide into 24 pieces: the heuristic's rs runs and is kept
     assert tp.step(**{**FIELDS, "batch": 6}).dataflows == ["rs", "rs", "rs", "rs"]

@@ -26,12 +26,13 @@ TINY = TransformerModel(name="tiny", description="test model", layers=6, hidden=
 CASES = [
     ("meshslice-sim", 4, 4, "collective", None),
     ("meshslice-tpu-fit", 4, 2, "meshslice", (2, 1, 2, 2)),
-    ("tpuv4", 4, 4, "meshslice", (2, 2, 2, 2)),
-    ("tpuv4", 4, 4, "collective", None),
+    pytest.param("tpuv4", 4, 4, "meshslice", (2, 2, 2, 2), marks=pytest.mark.slow),
+    pytest.param("tpuv4", 4, 4, "collective", None, marks=pytest.mark.slow),
 ]
 
 
 @pytest.mark.parametrize(("hw", "rows", "cols", "algorithm", "slices"), CASES)
+@pytest.mark.slow
 def test_extrapolation_equals_simulating_every_layer(profile_mesh, hw: str, rows: int, cols: int, algorithm: str,
                                                      slices: tuple[int, ...] | None) -> None:
     hardware, mapping = profile_mesh(hw, rows, cols)
@@ -59,6 +60,7 @@ def test_symmetric_equals_full_for_a_whole_step(profile_mesh, hw: str, rows: int
         assert b["time_s"] == pytest.approx(a["time_s"], rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.slow
 def test_auto_falls_back_to_full_on_a_line() -> None:
     hardware = load_hardware("tpuv4")
     mapping = place_mesh(hardware, 4, 4, topology="mesh:4x4")
@@ -103,6 +105,7 @@ def test_heads_must_split_over_the_feature_axis(profile_mesh) -> None:
     assert result.feasible is False and "16 does not divide the 8 heads" in result.violations[0]
 
 
+@pytest.mark.slow
 def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity() -> None:
     hardware = load_hardware("tpuv4")
     mapping = place_mesh(hardware, 16, 4, topology="4x4x4")
@@ -123,6 +126,7 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
 
 @pytest.mark.parametrize("mesh", [(4, 4), (8, 8)])
 @pytest.mark.parametrize("hw", ["meshslice-sim", "meshslice-tpu-fit"])
+@pytest.mark.slow
 def test_cannon_representative_block_equals_full_for_a_whole_step(profile_mesh, mesh: tuple[int, int], hw: str) -> None:
     hardware, mapping = profile_mesh(hw, *mesh)
     model = replace(TINY, heads=mesh[1], head_dim=512 // mesh[1]) if TINY.heads % mesh[1] else TINY
@@ -135,6 +139,7 @@ def test_cannon_representative_block_equals_full_for_a_whole_step(profile_mesh, 
                                                                          rel=1e-9)
 
 
+@pytest.mark.slow
 def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
     base = StepSpec(TINY, "collective", 8, fidelity=Fidelity.FULL)
@@ -152,6 +157,7 @@ def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly(p
     assert optimizer.step_time_s - plain.step_time_s == pytest.approx(params * 28 / 1.2e12, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
     times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p, fidelity=Fidelity.FULL),

@@ -72,6 +72,7 @@ def test_every_generation_keeps_its_runtime_reserve(profile: str, usable: float)
     assert load_hardware(profile).chip.usable_hbm == usable
 
 
+@pytest.mark.slow
 def test_every_measured_run_fits_in_the_hbm_it_ran_in() -> None:
     for run in read_measurements():
         result = run_request(StepRequest, row_request(run).fields, None)

@@ -115,6 +115,7 @@ def test_stored_notebook_is_clean_and_parameterisable(name: str) -> None:
         assert cell.outputs == [] and cell.execution_count is None, "commit notebooks with outputs cleared"
 
 
+@pytest.mark.slow
 def test_compare_algorithms_runs_with_small_settings(compare_run: tuple[nbformat.NotebookNode, Path]) -> None:
     nb, workdir = compare_run
     assert not [o for o in outputs(nb) if o.output_type == "error"]
@@ -149,6 +150,7 @@ def test_compare_algorithms_pads_tp1d_where_the_chips_do_not_divide_the_heads(tm
     assert re.search(r"meshslice S=2 on +8x8: +[0-9.]+ s/step", text)
 
 
+@pytest.mark.slow
 def test_explore_mesh_and_slices_runs_with_small_settings(
         explore_run: tuple[nbformat.NotebookNode, Path]) -> None:
     nb, workdir = explore_run
@@ -168,6 +170,7 @@ def test_explore_mesh_and_slices_runs_with_small_settings(
     assert again.step_time_s == pytest.approx(float(best.group(4)), abs=5e-4)
 
 
+@pytest.mark.slow
 def test_compare_algorithms_takes_a_custom_model_file(tmp_path: Path) -> None:
     model = tmp_path / "tiny.yaml"
     model.write_text(TINY_MODEL)

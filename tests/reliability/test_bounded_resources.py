@@ -112,6 +112,7 @@ OVERSIZED = [
 
 
 @pytest.mark.parametrize(("argv", "needle"), OVERSIZED)
+@pytest.mark.slow
 def test_oversized_request_is_refused_before_any_work(argv: list[str], needle: str, tmp_path: Path) -> None:
     assert needle in _refused(_tpusim(argv, tmp_path))
 
@@ -166,6 +167,7 @@ def _laughs(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_billion_laughs_is_refused_while_composing(tmp_path: Path) -> None:
     (tmp_path / "bomb.yaml").write_text(_laughs())
     assert len(_laughs()) < 700
@@ -182,6 +184,7 @@ def test_modest_aliases_still_load(tmp_path: Path) -> None:
     assert [point.m for point in expand(load_experiment(path))] == [64]
 
 
+@pytest.mark.slow
 def test_grid_is_sized_before_expansion(tmp_path: Path) -> None:
     values = ",".join(str(64 + i) for i in range(1000))
     (tmp_path / "grid.yaml").write_text("name: grid\n" + POINT + f"sweep:\n  grid:\n    m: [{values}]\n"
@@ -218,6 +221,7 @@ def test_max_points_is_checked_before_any_point_is_built(tmp_path: Path, monkeyp
                "file"),
     ("./loop.yaml", "cannot read experiment file 'loop.yaml': Too many levels of symbolic links"),
 ])
+@pytest.mark.slow
 def test_special_files_are_refused_without_reading(target: str, needle: str, tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")  # opened for reading, a FIFO without a writer would block forever
     (tmp_path / "loop.yaml").symlink_to("loop.yaml")
@@ -233,12 +237,14 @@ def test_file_larger_than_the_limit_is_refused(tmp_path: Path, monkeypatch: pyte
         load_experiment(path)
 
 
+@pytest.mark.slow
 def test_deep_nesting_is_refused(tmp_path: Path) -> None:
     (tmp_path / "deep.yaml").write_text("name: deep\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
     assert _refused(_tpusim(["run", "deep.yaml", "--out", "out"], tmp_path)) == (
         "deep.yaml:2: collections nested more than 64 deep; valid: at most 64 levels")
 
 
+@pytest.mark.slow
 def test_long_base_chain_is_refused(tmp_path: Path) -> None:
     (tmp_path / "p0.yaml").write_text((HARDWARE.root() / "tpuv4.yaml").read_text()
                                       .replace("name: tpuv4", "name: p0"))
@@ -288,6 +294,7 @@ def test_absurd_peak_flops_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
                  "a simulated transfer's time came out inf: an input makes the times overflow a float; look at "
                  "scale.beta 1e-320, bytes 64MB, hardware tpuv4", id="collective-bandwidth"),
 ])
+@pytest.mark.slow
 def test_overflowing_inputs_are_named_not_printed_as_nan(argv: list[str], needle: str, tmp_path: Path) -> None:
     assert _refused(_tpusim(argv, tmp_path)).startswith(needle)
 
@@ -318,6 +325,7 @@ def test_an_extreme_scale_factor_is_a_finite_result_or_one_line(scale: str, valu
 
 
 @pytest.mark.parametrize("scale", ["vector", "flops", "hbm"])
+@pytest.mark.slow
 def test_a_tiny_scale_factor_of_a_step_is_a_finite_result_or_one_line(scale: str,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     _finite_or_refused([*TPU_STEP, f"--scale-{scale}", "1e-308"], capsys, "step_time_s")
@@ -332,12 +340,14 @@ def test_results_json_stays_json_when_a_point_overflows(tmp_path: Path) -> None:
     assert points[1]["error"].startswith("the result's time_s came out inf: an input makes the times overflow")
 
 
+@pytest.mark.slow
 def test_nan_time_in_the_event_loop_ends_it() -> None:
     with pytest.raises(NonFiniteError, match="a simulated transfer's time came out inf"):
         api.collective(hardware="tpuv4", topology="4x4x4", mesh="8x8", axis=0, op="all-gather", bytes="64MB",
                        scale={"beta": 1e-320})
 
 
+@pytest.mark.slow
 def test_a_profile_chunk_cap_beyond_the_limit_is_refused(tmp_path: Path) -> None:
     from tpusim.config.catalog import HARDWARE
 
@@ -372,6 +382,7 @@ def _text_before_aliases(bomb: str) -> int:
     return sum(len(token.value) for token in yaml.scan(bomb.rsplit("[", 1)[0]) if isinstance(token, yaml.ScalarToken))
 
 
+@pytest.mark.slow
 def test_aliases_of_a_long_string_are_bounded_by_bytes(tmp_path: Path) -> None:
     bomb = _string_bomb()
     assert len(bomb) < limit_of("file_bytes") and bomb.count("*s") < limit_of("yaml_nodes")

@@ -124,6 +124,7 @@ def points(folder: Path) -> list[dict[str, Any]]:
     return list(json.loads((folder / "out" / "results.json").read_text())["points"])
 
 
+@pytest.mark.slow
 def test_a_point_whose_worker_is_killed_runs_once_more_and_finishes(
         folder: Path, cluster: tuple[Any, Any], runs: list[subprocess.Popen[bytes]]) -> None:
     local, client = cluster
@@ -138,6 +139,7 @@ def test_a_point_whose_worker_is_killed_runs_once_more_and_finishes(
     assert finished[SLOW]["result"]["mesh"] == "8x8"
 
 
+@pytest.mark.slow
 def test_a_point_whose_worker_dies_twice_is_its_error_row_and_the_others_finish(
         folder: Path, cluster: tuple[Any, Any], runs: list[subprocess.Popen[bytes]]) -> None:
     local, client = cluster
@@ -177,6 +179,7 @@ def test_a_scheduler_without_workers_ends_the_run_after_the_connect_timeout(
     assert json.loads((folder / "out" / "results.json").read_text())["points_finished"] == 0
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_last_worker_goes_ends_the_run_keeping_the_finished_points(
         folder: Path, runs: list[subprocess.Popen[bytes]]) -> None:
     local = _cluster(1)
@@ -196,6 +199,7 @@ def test_a_cluster_whose_last_worker_goes_ends_the_run_keeping_the_finished_poin
     assert [(p["index"], p["error"]) for p in points(folder)] == [(0, None)]
 
 
+@pytest.mark.slow
 def test_a_local_cluster_starts_at_most_one_worker_per_cpu(folder: Path) -> None:
     # issue 26, lower item: --jobs 64 started 64 worker processes on 2 CPUs
     cpus = os.cpu_count() or 1

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.files import TINY_GEMM_POINT
+from tpusim.engine.context import Context
 from tpusim.errors import ECHO_MAX, LINE_MAX, UserError, echo
 from tpusim.experiments.run import run_experiment
 
@@ -75,6 +76,7 @@ def _run_folder_beside_a_victim(folder: Path, text: str) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "symlink", "dangling-symlink"])
 @pytest.mark.parametrize("flag", ["--trace", "--trace-best"])
+@pytest.mark.slow
 def test_a_trace_never_replaces_anything_but_a_regular_file(kind: str, flag: str, tmp_path: Path) -> None:
     target = tmp_path / "x"
     victim = tmp_path / "victim"
@@ -111,6 +113,7 @@ def test_the_api_trace_refuses_a_fifo(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["results.csv", "results.json", "run_meta.json"])
+@pytest.mark.slow
 def test_a_run_refuses_a_results_file_that_is_a_link_before_any_point(name: str, tmp_path: Path) -> None:
     out, victim = _run_folder_beside_a_victim(tmp_path, "keep")
     (out / name).symlink_to(victim)
@@ -124,6 +127,7 @@ def test_a_run_refuses_a_results_file_that_is_a_link_before_any_point(name: str,
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
+@pytest.mark.slow
 def test_a_lock_that_is_not_the_folders_own_file_is_never_written(kind: str, tmp_path: Path) -> None:
     out, victim = _run_folder_beside_a_victim(tmp_path, "text\n")
     lock = out / ".lock"
@@ -147,6 +151,7 @@ def test_a_lock_that_is_not_the_folders_own_file_is_never_written(kind: str, tmp
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero-link", "directory"])
+@pytest.mark.slow
 def test_a_resumed_results_file_that_is_not_a_regular_file_is_one_line(kind: str, tmp_path: Path) -> None:
     _experiment(tmp_path)
     out = tmp_path / "o"
@@ -165,6 +170,7 @@ def test_a_resumed_results_file_that_is_not_a_regular_file_is_one_line(kind: str
     assert line == f"results file 'o/results.json' is {what}; {REFUSED}"
 
 
+@pytest.mark.slow
 def test_a_run_meta_fifo_is_refused_on_a_fresh_run(tmp_path: Path) -> None:
     _experiment(tmp_path)
     out = tmp_path / "o"
@@ -175,6 +181,7 @@ def test_a_run_meta_fifo_is_refused_on_a_fresh_run(tmp_path: Path) -> None:
     assert stat.S_ISFIFO(os.lstat(out / "run_meta.json").st_mode)
 
 
+@pytest.mark.slow
 def test_a_results_file_over_its_limit_is_refused_unread(tmp_path: Path) -> None:
     _experiment(tmp_path)
     out = tmp_path / "o"
@@ -198,6 +205,7 @@ def _cache_entry(tmp_path: Path) -> tuple[Path, str, dict[str, object]]:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "link"])
+@pytest.mark.slow
 def test_a_cache_entry_that_is_not_a_regular_file_is_ignored_and_recomputed(kind: str, tmp_path: Path) -> None:
     cache, name, expected = _cache_entry(tmp_path)
     entry = cache / name
@@ -221,6 +229,7 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_ignored_and_recomputed(kind
                                                      "link": stat.S_IFLNK}[kind]
 
 
+@pytest.mark.slow
 def test_a_forged_cache_entry_with_its_plain_digest_recomputed_is_recomputed(tmp_path: Path) -> None:
     # issue 26, lower item: a doubled time with its plain hash recomputed was believed; only the folder's key
     # makes a digest that verifies
@@ -240,6 +249,7 @@ def test_a_forged_cache_entry_with_its_plain_digest_recomputed_is_recomputed(tmp
 # -------------------------------------------------------------------------------------- 13: write failures
 
 
+@pytest.mark.slow
 def test_a_cache_write_over_the_file_size_limit_is_one_line_after_the_result(tmp_path: Path) -> None:
     (tmp_path / "c").mkdir()
     done = _tpusim(["--cache", "c", *GEMM, "--json"], tmp_path, file_limit=100)
@@ -250,12 +260,14 @@ def test_a_cache_write_over_the_file_size_limit_is_one_line_after_the_result(tmp
     assert [path.name for path in (tmp_path / "c").iterdir()] == [".key"]  # no entry, no temporary file
 
 
+@pytest.mark.slow
 def test_a_trace_write_over_the_file_size_limit_is_one_line(tmp_path: Path) -> None:
     done = _tpusim([*GEMM, "--trace", "t.json"], tmp_path, file_limit=1000)
     assert _one_line(done) == "cannot write the trace file 't.json': File too large; an earlier file there is unchanged"
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_full_stdout_is_one_line(tmp_path: Path) -> None:
     with open(tmp_path / "out.json", "w") as sink:
         done = _tpusim([*GEMM, "--json"], tmp_path, file_limit=10, stdout=sink.fileno())
@@ -271,6 +283,7 @@ def test_a_closed_stdout_is_refused_before_any_work(tmp_path: Path) -> None:
     assert not (tmp_path / "t.json").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_cache_write_inside_a_run_keeps_every_points_result(tmp_path: Path) -> None:
     _experiment(tmp_path)
     first = _tpusim(["--cache", "c", "run", "tiny.yaml", "--out", "o1", "--json"], tmp_path)
@@ -298,6 +311,7 @@ def test_a_failed_cache_write_inside_a_run_keeps_every_points_result(tmp_path: P
     "a: !SECRETHASHVALUE x\n",
 ], ids=["shadow", "private-key", "syntax", "tag"])
 @pytest.mark.parametrize("command", ["run", "model", "hardware"])
+@pytest.mark.slow
 def test_a_file_of_another_kind_is_never_quoted(text: str, command: str, tmp_path: Path) -> None:
     (tmp_path / "secret.yaml").write_text(text)
     args = {"run": ["run", "secret.yaml", "--out", "o"],
@@ -308,6 +322,7 @@ def test_a_file_of_another_kind_is_never_quoted(text: str, command: str, tmp_pat
     assert "SECRET" not in line and "root" not in line and "OPENSSH" not in line
 
 
+@pytest.mark.slow
 def test_an_echoed_value_is_cut_to_a_bounded_length(tmp_path: Path) -> None:
     name = "a" * 100_000
     line = _one_line(_tpusim([GEMM[0], "--hardware", name, *GEMM[3:]], tmp_path))
@@ -355,6 +370,7 @@ def test_a_100000_character_value_anywhere_is_one_bounded_line(case: str, tmp_pa
     assert len(err.splitlines()) == 1 and len(err) <= LINE_MAX + 1, err[:300]
 
 
+@pytest.mark.slow
 def test_a_cache_folder_name_too_long_is_one_line_with_the_name_cut(tmp_path: Path) -> None:
     name = "c" * 300  # beyond NAME_MAX: the path cannot even be looked at (it was an internal error, exit 1)
     line = _one_line(_tpusim(["--cache", name, *GEMM], tmp_path))
@@ -369,7 +385,7 @@ def test_an_internal_error_is_one_bounded_line(monkeypatch: pytest.MonkeyPatch,
     def broken(*_: object) -> None:
         raise RuntimeError("x" * 100_000)  # a bug whose message quotes a huge value
 
-    monkeypatch.setattr(cli.Context, "with_cache", broken)
+    monkeypatch.setattr(Context, "with_cache", broken)
     assert cli.main(GEMM) == 1
     err = capsys.readouterr().err
     assert err.startswith("internal error: RuntimeError: xxx") and err.endswith(
@@ -399,6 +415,7 @@ def test_empty_api_out_and_cache_are_refused(tmp_path: Path, monkeypatch: pytest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
 
 
+@pytest.mark.slow
 def test_a_malformed_fault_variable_is_one_line(tmp_path: Path) -> None:
     _experiment(tmp_path)
     done = _tpusim(["run", "tiny.yaml", "--out", "o"], tmp_path, env={"TPUSIM_FAULT_KILL_AFTER": "abc"})

@@ -43,6 +43,7 @@ def test_a_full_fidelity_pod_step_beyond_the_memory_is_refused(monkeypatch: pyte
                    f"set {MEMORY_ENV}=N if the estimate is wrong for this machine (see docs/limits.md)"]
 
 
+@pytest.mark.slow
 def test_a_verified_gemm_beyond_the_memory_is_refused(monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(MEMORY_ENV, str(10**8))
@@ -52,6 +53,7 @@ def test_a_verified_gemm_beyond_the_memory_is_refused(monkeypatch: pytest.Monkey
     assert main([*VERIFIED_GEMM, "--json"]) == 0  # the same run, with the memory it needs
 
 
+@pytest.mark.slow
 def test_the_address_space_limit_counts_as_the_memory_available() -> None:
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, resource.RLIM_INFINITY));"
             "from tpusim.cli.main import main; raise SystemExit(main(sys.argv[1:]))")
@@ -71,6 +73,7 @@ LINE_ALL_GATHER = ["collective", "--hardware", "tpuv4", "--topology", "mesh:6553
                    "--axis", "0", "--op", "all-gather", "--bytes", "64MiB"]
 
 
+@pytest.mark.slow
 def test_a_65536_chip_line_collective_is_refused_before_it_runs() -> None:
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2_000_000_000, resource.RLIM_INFINITY));"
             "from tpusim.cli.main import main; raise SystemExit(main(sys.argv[1:]))")
@@ -121,6 +124,7 @@ def _every_layer(model: str) -> list[str]:
             "--all-layers", "--ignore-memory", "--json"]
 
 
+@pytest.mark.slow
 def test_every_layer_is_estimated_from_two_windows_and_refused_beyond_the_memory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     runs: list[CountingEnvironment] = []
@@ -151,6 +155,7 @@ def test_every_layer_is_estimated_from_two_windows_and_refused_beyond_the_memory
     assert main(argv) == 0
 
 
+@pytest.mark.slow
 def test_a_million_layers_with_every_layer_simulated_is_refused_in_seconds(tmp_path: Path) -> None:
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (4_000_000_000, resource.RLIM_INFINITY));"
             "from tpusim.cli.main import main; raise SystemExit(main(sys.argv[1:]))")
@@ -193,6 +198,7 @@ def _tuned_on_16_chips(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     return skipped, result
 
 
+@pytest.mark.slow
 def test_the_tuner_skips_layouts_this_machine_cannot_simulate(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     skipped, _ = _tuned_on_16_chips(monkeypatch, capsys, 10**12)

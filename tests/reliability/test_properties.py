@@ -79,6 +79,7 @@ def _no_slower(faster: float, base: float) -> bool:
 
 @settings(max_examples=60, deadline=None)
 @given(case=gemm_cases())
+@pytest.mark.slow
 def test_products_equal_the_dense_product(case: dict[str, Any]) -> None:
     result = api.gemm(**case, verify=True)
     assert result.max_abs_error is not None
@@ -90,6 +91,7 @@ def test_products_equal_the_dense_product(case: dict[str, Any]) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(case=gemm_cases(scale=64), faster=FASTER)
+@pytest.mark.slow
 def test_faster_hardware_never_slows_a_gemm(case: dict[str, Any], faster: tuple[str, float]) -> None:
     key, factor = faster
     base = api.gemm(**case)
@@ -146,11 +148,13 @@ def _assert_no_slower(case: dict[str, Any], faster: tuple[str, float]) -> None:
                "dataflows": ["os", "ls", "os", "ls"], "slices": [8, 4, 8, 8]}, faster=("beta", 4.0))
 @settings(max_examples=20, deadline=None)
 @given(case=step_cases(), faster=FASTER)
+@pytest.mark.slow
 def test_faster_hardware_never_slows_a_step(case: dict[str, Any], faster: tuple[str, float]) -> None:
     _assert_no_slower(case, faster)
 
 
 @pytest.mark.parametrize("faster", [("beta", 2.0), ("flops", 1.5)])
+@pytest.mark.slow
 def test_faster_hardware_never_slows_a_step_with_chosen_slices(faster: tuple[str, float]) -> None:
     """MeshSlice choosing its own slice counts on each profile (``step`` without ``slices``), on the calibrated
     network where the choice is quick: the faster profile's choice is no slower than the base's."""
@@ -164,6 +168,7 @@ def test_faster_hardware_never_slows_a_step_with_chosen_slices(faster: tuple[str
 
 @settings(max_examples=60, deadline=None)
 @given(case=gemm_cases(hardware=["meshslice-tpu-fit"], scale=64))
+@pytest.mark.slow
 def test_auto_fidelity_equals_full(case: dict[str, Any]) -> None:
     full = api.gemm(**case, fidelity="full")
     auto = api.gemm(**case, fidelity="auto")
@@ -260,6 +265,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
+@pytest.mark.slow
 def test_mutated_yaml_loads_or_raises_a_tpusim_error(data: st.DataObject, scratch: Path) -> None:
     source, kind = data.draw(st.sampled_from(SOURCES), label="source")
     text = data.draw(mutations(source.read_text(encoding="utf-8")), label="mutated")
@@ -307,6 +313,7 @@ def test_tiny_experiment_runs(tmp_path: Path) -> None:
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=mutations(TINY))
+@pytest.mark.slow
 def test_mutated_experiment_through_the_cli(text: str, scratch: Path) -> None:
     path = _write(scratch, text)
     out, err = io.StringIO(), io.StringIO()

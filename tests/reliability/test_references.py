@@ -92,6 +92,7 @@ def test_a_profile_base_outside_its_folder_is_refused(tmp_path: Path, capsys: py
                    f"beside it or add its folder to ${TRUSTED_DIRS_ENV}"]
 
 
+@pytest.mark.slow
 def test_resume_refuses_results_computed_from_an_edited_profile(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "mine.yaml").write_text(PROFILE)
@@ -164,6 +165,7 @@ def test_a_bug_in_one_point_is_kept_in_its_row_and_the_run_exits_1(tmp_path: Pat
      ["sweep.yaml (sweep point 1): hardware: unknown hardware profile 'tpuv4x'; valid: "
       + ", ".join(hardware_names()), "did you mean 'tpuv4'?"]),
 ])
+@pytest.mark.slow
 def test_an_unknown_name_in_a_sweep_is_refused_before_any_point_as_a_process(
         tmp_path: Path, key: str, values: str, lines: list[str]) -> None:
     # issue 26 item 15: every point used to be an error row, exit 0

@@ -116,6 +116,7 @@ def two_points_hanging(folder: Path, runs: list[subprocess.Popen[bytes]], **env:
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two worker processes")
 @pytest.mark.parametrize(("name", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.slow
 def test_an_interrupt_stops_the_workers_keeps_the_finished_points_and_resume_completes(
         folder: Path, reaper: list[subprocess.Popen[bytes]], name: str, status: int) -> None:
     run = two_points_hanging(folder, reaper)
@@ -138,6 +139,7 @@ def test_an_interrupt_stops_the_workers_keeps_the_finished_points_and_resume_com
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two worker processes")
 @pytest.mark.parametrize("death", ["SIGKILL", FAULT_ENV])
+@pytest.mark.slow
 def test_workers_die_with_a_killed_parent(folder: Path, reaper: list[subprocess.Popen[bytes]], death: str) -> None:
     if death == FAULT_ENV:  # the run kills itself with SIGKILL after writing its first point
         run = start(folder, "--jobs", "2", hang="1,2,3", **{FAULT_ENV: "1"})
@@ -151,6 +153,7 @@ def test_workers_die_with_a_killed_parent(folder: Path, reaper: list[subprocess.
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.slow
 def test_a_point_past_its_timeout_is_stopped_and_the_sweep_goes_on(
         folder: Path, reaper: list[subprocess.Popen[bytes]], jobs: str) -> None:
     run = start(folder, "--jobs", jobs, "--timeout", "0.5", hang="1")
@@ -181,6 +184,7 @@ def lock_holder(folder: Path) -> dict[str, object]:
     return found if isinstance(found, dict) else {}
 
 
+@pytest.mark.slow
 def test_a_busy_folder_is_refused_naming_its_holder_and_a_dead_holder_does_not_block(
         folder: Path, reaper: list[subprocess.Popen[bytes]]) -> None:
     holder = start(folder, hang="0")  # --jobs 1 without --timeout: the run itself hangs, holding the lock
@@ -198,6 +202,7 @@ def test_a_busy_folder_is_refused_naming_its_holder_and_a_dead_holder_does_not_b
     assert finished(folder) == POINTS
 
 
+@pytest.mark.slow
 def test_concurrent_runs_into_one_folder_never_crash(folder: Path, reaper: list[subprocess.Popen[bytes]]) -> None:
     runs = []
     for number in range(3):
@@ -234,6 +239,7 @@ class _Quiet(SimpleHTTPRequestHandler):
         del format, args
 
 
+@pytest.mark.slow
 def test_a_scheduler_that_is_not_dask_ends_in_one_line_after_the_connect_timeout(folder: Path) -> None:
     pytest.importorskip("distributed")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
@@ -250,6 +256,7 @@ def test_a_scheduler_that_is_not_dask_ends_in_one_line_after_the_connect_timeout
                                 "is it a Dask scheduler? (--connect-timeout sets the wait)\n")
 
 
+@pytest.mark.slow
 def test_a_scheduler_address_where_nothing_listens_is_one_line(folder: Path) -> None:
     pytest.importorskip("distributed")
     with socket.socket() as bound:  # bound, never listening: connections to it are refused
@@ -270,6 +277,7 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_ends_the_run_in_one_line_with_valid_files_and_no_temporary(folder: Path) -> None:
     done = subprocess.run([sys.executable, "-c", LIMITED, *RUN[3:]], cwd=folder, capture_output=True, text=True,
                           timeout=DEADLINE_S * 4)

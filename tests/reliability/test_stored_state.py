@@ -90,6 +90,7 @@ TAMPERS = {
 
 
 @pytest.mark.parametrize("tamper", sorted(TAMPERS))
+@pytest.mark.slow
 def test_resume_never_keeps_a_tampered_finished_point(folder: Path, tamper: str) -> None:
     _killed(folder, "out", 2)
     path = folder / "out" / "results.json"
@@ -103,6 +104,7 @@ def test_resume_never_keeps_a_tampered_finished_point(folder: Path, tamper: str)
     _same_views(folder, "out", "clean")
 
 
+@pytest.mark.slow
 def test_a_nan_in_results_json_is_not_an_internal_error(folder: Path) -> None:
     _killed(folder, "out", 2)
     path = folder / "out" / "results.json"
@@ -112,6 +114,7 @@ def test_a_nan_in_results_json_is_not_an_internal_error(folder: Path) -> None:
     _same_views(folder, "out", "clean")
 
 
+@pytest.mark.slow
 def test_an_edited_journal_line_runs_its_point_again(folder: Path) -> None:
     _killed(folder, "out", 2)
     journal = folder / "out" / JOURNAL_NAME
@@ -130,6 +133,7 @@ def test_an_edited_journal_line_runs_its_point_again(folder: Path) -> None:
     _same_views(folder, "out", "clean")
 
 
+@pytest.mark.slow
 def test_results_copied_into_another_folder_are_not_believed(folder: Path) -> None:
     _killed(folder, "out", 2)
     (folder / "copy").mkdir()
@@ -143,6 +147,7 @@ def test_results_copied_into_another_folder_are_not_believed(folder: Path) -> No
 
 # ------------------------------------------------- 6: named profiles edited between a kill and a resume
 
+@pytest.mark.slow
 def test_a_named_profile_edited_between_kill_and_resume_is_refused(folder: Path) -> None:
     data = folder / "data"
     root = Path(__file__).resolve().parents[2]
@@ -175,6 +180,7 @@ def _expected_rebuilds(sizes: list[int]) -> int:
     return rebuilds + 1
 
 
+@pytest.mark.slow
 def test_results_are_journalled_per_point_and_rebuilt_geometrically(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     points = 200
@@ -216,6 +222,7 @@ def test_an_aliased_exclude_is_not_copied_into_every_point_written(tmp_path: Pat
 
 # ------------------------------------------------- 17: a re-run keeps the old results until it has new ones
 
+@pytest.mark.slow
 def test_a_killed_rerun_without_resume_keeps_the_old_results(folder: Path) -> None:
     shutil.copytree(folder / "clean", folder / "out")
     _killed(folder, "out", 1)
@@ -230,6 +237,7 @@ def test_a_killed_rerun_without_resume_keeps_the_old_results(folder: Path) -> No
 
 # ------------------------------------------------- lower: a kill between the two result files' writes
 
+@pytest.mark.slow
 def test_a_kill_between_the_two_result_writes_is_repaired_from_the_journal(folder: Path) -> None:
     _killed(folder, "out", 2, **{FAULT_FILE_ENV: "results.json"})
     assert _document(folder, "out")["points_finished"] == 2  # results.json renamed, results.csv not yet
@@ -245,6 +253,7 @@ def test_a_kill_between_the_two_result_writes_is_repaired_from_the_journal(folde
     _same_views(folder, "out", "clean")
 
 
+@pytest.mark.slow
 def test_a_kill_after_the_journal_line_loses_no_point(folder: Path) -> None:
     _killed(folder, "out", 3, **{FAULT_FILE_ENV: JOURNAL_NAME})
     assert _document(folder, "out")["points_finished"] == _csv_indices(folder, "out").__len__() == 2

@@ -402,6 +402,7 @@ def test_ring_order_even_grids_close_in_one_step(lengths: tuple[int, ...]) -> No
 
 @settings(max_examples=60, deadline=None)
 @given(kind=st.sampled_from(["torus", "mesh"]), dims=st.lists(st.integers(1, 6), min_size=1, max_size=3))
+@pytest.mark.slow
 def test_every_factorization_maps_to_a_valid_bijection(kind: str, dims: list[int]) -> None:
     topo = generic_topology(kind, dims)  # type: ignore[arg-type]
     sizes = [d for d in dims if d > 1]

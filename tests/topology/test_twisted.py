@@ -131,6 +131,7 @@ def test_diameter_and_average_hops(spec: str, diameter: int, total: int) -> None
 
 
 @pytest.mark.parametrize("spec", ["4x4x8t", "8x4x4t", "8x8x4t"])
+@pytest.mark.slow
 def test_routes_are_shortest_paths_over_the_real_links(spec: str) -> None:
     topology = parse_topology(spec)
     distance = dict(nx.all_pairs_shortest_path_length(topology.graph))

@@ -17,6 +17,7 @@ from tpusim.tuning import CostCache, TuneSpec, tune
 ARGV = ["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "16", "--ignore-memory"]
 
 
+@pytest.mark.slow
 def test_two_worker_processes_give_the_result_of_one() -> None:
     spec = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 16, ignore_memory=True)
     alone, shared = CostCache(), CostCache()
@@ -42,6 +43,7 @@ def test_the_api_refuses_a_bad_job_count(value: object) -> None:
         api.tune(model="gpt3-175b", hardware="meshslice-sim", chips=16, ignore_memory=True, jobs=value)
 
 
+@pytest.mark.slow
 def test_more_jobs_than_cpus_run_one_per_cpu_with_a_note(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 1)

@@ -36,6 +36,7 @@ def searches() -> tuple[TuneResult, TuneResult]:
     return tune(_request(), cache), tune(_request(exhaustive=True), cache)
 
 
+@pytest.mark.slow
 def test_every_layout_the_topology_allows_is_considered(searches: tuple[TuneResult, TuneResult]) -> None:
     default, _ = searches
     # plain meshes R x C = 16, and D = 4 replicas (one whole axis of the 4x4 torus) of every R x C = 4 mesh, and
@@ -50,6 +51,7 @@ def test_every_layout_the_topology_allows_is_considered(searches: tuple[TuneResu
     assert default.zero_stage == 1
 
 
+@pytest.mark.slow
 def test_the_pruned_search_lands_within_one_percent_of_the_exhaustive_one(
         searches: tuple[TuneResult, TuneResult]) -> None:
     default, exhaustive = searches
@@ -58,6 +60,7 @@ def test_the_pruned_search_lands_within_one_percent_of_the_exhaustive_one(
     assert default.search_space == exhaustive.search_space
 
 
+@pytest.mark.slow
 def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]) -> None:
     _, exhaustive = searches
     best = exhaustive.best
@@ -78,17 +81,20 @@ def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]
     (1, {"1x16", "2x8", "4x4", "8x2", "16x1"}),
     (4, {"4x1x4", "4x2x2", "4x4x1"}),
 ])
+@pytest.mark.slow
 def test_dp_fixes_the_data_parallel_degree(dp: int, expected: set[str]) -> None:
     result = tune(_request(dp=dp))
     assert _labels(result) == expected
     assert result.best.data_parallel == dp
 
 
+@pytest.mark.slow
 def test_a_calibrated_profile_takes_no_data_axis_unless_asked() -> None:
     result = tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True))
     assert all(report.mesh.count("x") == 1 for report in result.meshes)
 
 
+@pytest.mark.slow
 def test_every_refined_mesh_is_timed_and_the_fastest_step_wins() -> None:
     # no finalist is dropped on its estimate: each refined mesh whose ops could still win is simulated as a step
     result = tune(_request(dp=1))
@@ -107,6 +113,7 @@ def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
         tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True, dp=4))
 
 
+@pytest.mark.slow
 def test_algorithm_all_keeps_the_fastest_algorithm(tmp_path: Path) -> None:
     from tpusim.config.requests import TuneRequest
     from tpusim.experiments.runners import parse_request, run_tune

@@ -52,6 +52,7 @@ def cannon(model: str) -> tuple[tp.TuneResult, dict[str, tp.TuneResult]]:
             {shape: tp.tune(model=model, topology=shape, **CANNON) for shape in SHAPES})
 
 
+@pytest.mark.slow
 def test_every_shape_s_meshes_are_reported_with_their_shape(joint: tp.TuneResult,
                                                             alone: dict[str, tp.TuneResult]) -> None:
     assert {m.slice_shape for m in joint.meshes} == set(SHAPES)
@@ -67,6 +68,7 @@ def test_every_shape_s_meshes_are_reported_with_their_shape(joint: tp.TuneResult
 
 
 @pytest.mark.parametrize("which", ["tp1d", "cannon"])
+@pytest.mark.slow
 def test_the_best_is_the_fastest_of_the_shapes_tuned_one_by_one(
         which: str, joint: tp.TuneResult, alone: dict[str, tp.TuneResult],
         cannon: tuple[tp.TuneResult, dict[str, tp.TuneResult]]) -> None:
@@ -76,6 +78,7 @@ def test_the_best_is_the_fastest_of_the_shapes_tuned_one_by_one(
     assert (together.best.mesh, together.best.slice_shape) == (fastest.best.mesh, fastest.best.slice_shape)
 
 
+@pytest.mark.slow
 def test_cannon_s_mesh_is_searched_on_both_shapes(cannon: tuple[tp.TuneResult, dict[str, tp.TuneResult]]) -> None:
     together, each = cannon
     simulated = {(m.mesh, m.slice_shape): m.simulated_step_s for m in together.meshes if m.status == "simulated"}
@@ -85,6 +88,7 @@ def test_cannon_s_mesh_is_searched_on_both_shapes(cannon: tuple[tp.TuneResult, d
     assert simulated[("4x8x8", "4x4x16")] != simulated[("4x8x8", "4x8x8")]
 
 
+@pytest.mark.slow
 def test_a_topology_given_is_the_only_shape_searched(alone: dict[str, tp.TuneResult]) -> None:
     for shape, result in alone.items():
         assert {m.slice_shape for m in result.meshes} == {shape}
@@ -92,6 +96,7 @@ def test_a_topology_given_is_the_only_shape_searched(alone: dict[str, tp.TuneRes
         assert f"slice shape: {shape} (--topology)" in result.notes
 
 
+@pytest.mark.slow
 def test_the_note_names_the_shapes_searched(joint: tp.TuneResult) -> None:
     note = f"slice shapes searched: 4x4x16, 4x8x8; best on {joint.best.slice_shape}"
     assert note in joint.notes
@@ -105,6 +110,7 @@ def test_a_calibrated_profile_has_no_shape(model: str) -> None:
     assert "slice shape: none (a calibrated profile simulates one abstract ring per axis)" in result.notes
 
 
+@pytest.mark.slow
 def test_one_legal_shape_is_searched_alone(model: str) -> None:
     result = tp.tune(model=model, **{**FIELDS, "chips": 64})
     assert {m.slice_shape for m in result.meshes} == {"4x4x4"}
@@ -120,6 +126,7 @@ def _step(model: str, result: tp.TuneResult, topology: str | None) -> tp.StepRes
 
 
 @pytest.mark.parametrize("which", ["tp1d", "sixteen", "cannon"])
+@pytest.mark.slow
 def test_the_choice_re_times_on_its_shape(which: str, model: str, joint: tp.TuneResult, sixteen: tp.TuneResult,
                                           cannon: tuple[tp.TuneResult, dict[str, tp.TuneResult]]) -> None:
     result = {"tp1d": joint, "sixteen": sixteen, "cannon": cannon[0]}[which]
@@ -127,6 +134,7 @@ def test_the_choice_re_times_on_its_shape(which: str, model: str, joint: tp.Tune
     assert step.step_time_s == pytest.approx(result.best.step_time_s, rel=1e-12, abs=0)
 
 
+@pytest.mark.slow
 def test_the_runner_up_may_be_the_same_mesh_on_the_other_shape(
         cannon: tuple[tp.TuneResult, dict[str, tp.TuneResult]]) -> None:
     best, runner = cannon[0].best, cannon[0].runner_up
@@ -134,6 +142,7 @@ def test_the_runner_up_may_be_the_same_mesh_on_the_other_shape(
     assert {best.slice_shape, runner.slice_shape} == set(SHAPES)
 
 
+@pytest.mark.slow
 def test_tpusim_step_on_the_chosen_shape_gives_the_tuned_step(model: str, sixteen: tp.TuneResult,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     joint = sixteen
@@ -150,6 +159,7 @@ def test_tpusim_step_on_the_chosen_shape_gives_the_tuned_step(model: str, sixtee
     assert step["step_time_s"] == pytest.approx(best.step_time_s, rel=1e-12, abs=0)
 
 
+@pytest.mark.slow
 def test_the_traced_best_is_placed_on_its_shape(model: str, tmp_path: Path) -> None:
     result = tp.tune(model=model, trace_best=str(tmp_path / "best.json"), **{**FIELDS, "dp": 16})
     assert result.best.slice_shape == "4x4x16"  # off the default shape, where the step could not be placed
@@ -157,6 +167,7 @@ def test_the_traced_best_is_placed_on_its_shape(model: str, tmp_path: Path) -> N
                and n.endswith("as in the search") for n in result.notes)
 
 
+@pytest.mark.slow
 def test_the_breakdown_family_re_times_a_choice_on_its_shape(model: str) -> None:
     from tpusim.config.requests import TuneRequest
     from tpusim.experiments.families.comparisons import BREAKDOWN

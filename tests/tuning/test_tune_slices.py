@@ -21,6 +21,7 @@ def two_slices() -> tp.TuneResult:
     return tp.tune(chips=32, dcn_data=2, batch=64, zero_stage=3, **FIELDS)
 
 
+@pytest.mark.slow
 def test_the_search_is_one_slices_and_its_layout_joins_the_slices(two_slices: tp.TuneResult) -> None:
     best = two_slices.best
     assert (two_slices.chips, two_slices.dcn_data, two_slices.batch) == (32, 2, 64)
@@ -39,6 +40,7 @@ def test_the_best_choice_is_the_step_of_its_layout(two_slices: tp.TuneResult) ->
     assert step.dcn_slices == 2 and step.exposed_dcn_comm_s is not None
 
 
+@pytest.mark.slow
 def test_zero_stage_any_keeps_the_fastest_stage() -> None:
     fields = {**FIELDS, "chips": 16, "batch": 32}
     every = tp.tune(zero_stage="any", **fields)

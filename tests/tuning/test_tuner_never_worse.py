@@ -25,6 +25,7 @@ def result() -> TuneResult:
     return found
 
 
+@pytest.mark.slow
 def test_the_best_is_no_slower_than_any_mesh_it_reports(result: TuneResult) -> None:
     timed = [m.simulated_step_s for m in result.meshes if m.simulated_step_s is not None]
     assert len(timed) == result.steps_simulated >= 2
@@ -60,6 +61,7 @@ def test_every_simulated_mesh_is_the_step_of_its_configuration(result: TuneResul
         assert report.estimate_step_s is not None and report.estimate_step_s != report.simulated_step_s
 
 
+@pytest.mark.slow
 def test_an_untimed_finalist_could_not_have_won(monkeypatch: pytest.MonkeyPatch) -> None:
     import tpusim.tuning.finalists as finalists
 

@@ -13,6 +13,7 @@ REQUEST = {"model": "gpt3-175b", "hardware": "meshslice-sim", "chips": 256, "alg
            "ignore_memory": True}
 
 
+@pytest.mark.slow
 def test_each_stage_of_the_search_is_reported_in_order() -> None:
     heard: list[str] = []
     result = run_tune(TuneRequest(**REQUEST), progress=heard.append)

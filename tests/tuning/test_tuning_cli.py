@@ -17,6 +17,7 @@ def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, 
     return code, out, err
 
 
+@pytest.mark.slow
 def test_json_is_one_object_with_the_promised_fields(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, [*BASE, "--ignore-memory", "--json"])
     assert code == 0
@@ -32,6 +33,7 @@ def test_json_is_one_object_with_the_promised_fields(capsys: pytest.CaptureFixtu
     assert 0 < result["simulated"] < result["evaluated"]
 
 
+@pytest.mark.slow
 def test_human_output_is_a_table_of_best_and_runner_up(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, [*BASE, "--ignore-memory", "--dataflows", "os,ls"])
     assert code == 0

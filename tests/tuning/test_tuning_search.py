@@ -31,6 +31,7 @@ def pair(request: TuneSpec) -> tuple[TuneResult, TuneResult]:
     ("gpt3-175b", "meshslice-sim", 32),
     ("megatron-nlg-530b-ms", "meshslice-tpu-fit", 64),
 ])
+@pytest.mark.slow
 def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: str, chips: int) -> None:
     # RS never pays for these models (docs/workloads.md#the-autotuner); leaving it out keeps the exhaustive run short
     request = TuneSpec(load_model(model), load_hardware(hardware), chips, ignore_memory=True, dataflows=(OS, LS))
@@ -41,6 +42,7 @@ def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: st
     assert default.search_space == exhaustive.search_space > 10_000
 
 
+@pytest.mark.slow
 def test_rs_layers_pair_up_with_a_transposed_partner() -> None:
     request = TuneSpec(WIDE, load_hardware("meshslice-tpu-fit"), 16, ignore_memory=True)
     default, exhaustive = pair(request)
@@ -62,6 +64,7 @@ def test_rs_layers_pair_up_with_a_transposed_partner() -> None:
     ("gpt3-175b", (16, 8, 24, 24)),
     ("megatron-nlg-530b-ms", (20, 10, 20, 20)),
 ])
+@pytest.mark.slow
 def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...]) -> None:
     hardware, loaded = load_hardware("meshslice-tpu-fit"), load_model(model)
     authors = StepSpec(loaded, "meshslice", 256, slices=slices, dataflows=(OS, LS, OS, LS),
@@ -73,6 +76,7 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
     assert ours.best.step_time_s <= ours.runner_up.step_time_s
 
 
+@pytest.mark.slow
 def test_the_search_estimate_is_the_simulated_step() -> None:
     # on a calibrated profile ops run back to back and twins equal the DES: the sum is the step
     result = tune(TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-tpu-fit"), 96, ignore_memory=True))
@@ -105,6 +109,7 @@ def test_nothing_fits_names_the_shortfall() -> None:
                                        "more chips, or --ignore-memory to time it anyway")
 
 
+@pytest.mark.slow
 def test_memory_that_fits_is_kept() -> None:
     result = tune(TuneSpec(WIDE, load_hardware("meshslice-sim"), 16, dataflows=(OS, LS)))
     assert result.best.memory_feasible

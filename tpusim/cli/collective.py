@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import announce_cost, emit_json, network_text, note
 from tpusim.cli.derive import add_request_arguments, request_from_args
@@ -11,8 +12,7 @@ from tpusim.config.requests import CollectiveRequest
 from tpusim.units import format_size, format_time
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("collective", help="simulate one collective over a logical mesh axis")
+def collective_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, CollectiveRequest)
     add_link_map_argument(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -47,3 +47,7 @@ def run(args: argparse.Namespace) -> int:
     for text in result.notes:
         note(text)
     return 0
+
+
+COMMANDS = MappingProxyType({"collective": collective_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

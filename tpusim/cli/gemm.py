@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import add_trace_arguments, announce_cost, emit_json, network_text, note, stall_text
 from tpusim.cli.derive import add_request_arguments, request_from_args
@@ -11,8 +12,7 @@ from tpusim.config.requests import GemmRequest
 from tpusim.units import format_time
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("gemm", help="simulate one distributed GeMM")
+def gemm_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, GemmRequest)
     add_trace_arguments(p, "write a Chrome/Perfetto trace JSON here", chips_default="default all")
     add_link_map_argument(p)
@@ -53,3 +53,7 @@ def run(args: argparse.Namespace) -> int:
     for text in result.notes:
         note(text)
     return 0
+
+
+COMMANDS = MappingProxyType({"gemm": gemm_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import emit_json, name_arg
 from tpusim.config.catalog import EXPERIMENTS, HARDWARE, MODELS, Catalog
 from tpusim.vocabulary import CollectiveOp
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("list", help="list hardware profiles, collectives, ...")
+def list_arguments(parser: argparse.ArgumentParser) -> None:
     things = ["hardware", "models", "algorithms", "collectives", "experiments"]
     parser.add_argument("what", type=name_arg("listing", things), metavar="WHAT", help=f"one of: {', '.join(things)}")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -53,3 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if where is not None:
         print(f"files in {where}")
     return 0
+
+
+COMMANDS = MappingProxyType({"list": list_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tpusim.cli.common import count_arg, emit_json, note, print_table
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
     from tpusim.tuning.plan import PlanResult
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("plan", help="rank the best configuration of every algorithm and layout kind")
+def plan_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, PlanRequest)
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1,
                    help="worker processes that simulate (at most one per CPU; the result is the same)")
@@ -71,3 +71,7 @@ def _print(result: PlanResult) -> None:
         rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, *shape, format_time(c.step_time_s),
                      f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.bound))
     print_table(rows)
+
+
+COMMANDS = MappingProxyType({"plan": plan_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import MappingProxyType
 
 from tpusim.cli.common import count_arg, emit_json, out_dir_arg
 from tpusim.cli.progress import Bar
@@ -12,8 +13,7 @@ from tpusim.errors import ValidationFailed
 from tpusim.experiments.families import family_names
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("reproduce", help="run a paper-reproduction family and draw its figure")
+def reproduce_arguments(p: argparse.ArgumentParser) -> None:
     families = [*family_names(), "all"]
     # the name is checked by reproduce() (families.get_family), before any work
     p.add_argument("family", metavar="FAMILY", help=f"one of: {', '.join(families)}")
@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="keep the finished points of an interrupted run in OUT/X/ and run the rest")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
-    v = sub.add_parser("validate", help="reference numbers next to simulated ones; exit 3 on a miss")
+
+
+def validate_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("--json", action="store_true", help="one JSON object on stdout")
     v.add_argument("--measurements", metavar="FILE.csv",
                    help="only the measured training runs of this CSV file (the columns of the shipped table, "
@@ -99,3 +101,7 @@ def validate(args: argparse.Namespace) -> int:
                                + "; ".join(c.quantity for c in failed[:3]))
     sys.stdout.flush()
     return 0
+
+
+COMMANDS = MappingProxyType({"reproduce": reproduce_arguments, "validate": validate_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

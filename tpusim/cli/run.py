@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import MappingProxyType
 
 from tpusim.cli.common import count_arg, emit_json, name_arg, note, out_dir_arg, positive_number_arg
 from tpusim.cli.progress import Bar
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="run every point of an experiment file")
+def run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", help="a packaged experiment name (see 'tpusim list experiments') or a YAML file")
     p.add_argument("--out", type=out_dir_arg, required=True, help="output folder (created if missing)")
     p.add_argument("--jobs", type=count_arg("--jobs"), default=1, help="parallel worker processes")
@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no estimate line")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(handler=run)
-    s = sub.add_parser("schema", help="print the JSON Schema of experiment files")
+
+
+def schema_arguments(s: argparse.ArgumentParser) -> None:
     s.set_defaults(handler=schema)
 
 
@@ -64,3 +66,7 @@ def schema(args: argparse.Namespace) -> int:
 
     print(json.dumps(Experiment.model_json_schema(by_alias=True), indent=2))
     return 0
+
+
+COMMANDS = MappingProxyType({"run": run_arguments, "schema": schema_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

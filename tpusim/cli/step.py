@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 
 from tpusim.cli.common import (
     add_trace_arguments,
@@ -24,8 +25,7 @@ BAR_DELAY_S = 1.0
 """A step still running after this many seconds gets a progress bar; a quicker one prints none."""
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("step", help="simulate one training step")
+def step_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, StepRequest)
     add_link_map_argument(p)
     add_trace_arguments(p, "write a Chrome/Perfetto trace JSON of the simulated layers here")
@@ -87,3 +87,7 @@ def run(args: argparse.Namespace) -> int:
     for text in result.notes:
         note(text)
     return 0
+
+
+COMMANDS = MappingProxyType({"step": step_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

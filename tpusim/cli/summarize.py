@@ -7,6 +7,7 @@ parses the flags and prints them in human units.
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 from typing import Any
 
 from tpusim.cli.common import UsageError, emit_json, print_table
@@ -16,8 +17,7 @@ LONGEST_RUNS = 10
 """How many runs of the critical path the text lists (the longest; ``--json`` has them all)."""
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("summarize", help="summarize a trace: exposed communication, overlap, critical path")
+def summarize_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace or --trace-best")
     p.add_argument("--chip", type=_chip_id, metavar="N",
                    help="the traced chip to summarize (default: the critical chip if traced, else the lowest traced)")
@@ -104,3 +104,7 @@ def _print_path(path: dict[str, Any]) -> None:
 
 def _percent(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction:.1%}"
+
+
+COMMANDS = MappingProxyType({"summarize": summarize_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tpusim.cli.common import (
@@ -23,8 +24,7 @@ if TYPE_CHECKING:
     from tpusim.tuning import Choice, TuneResult
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("tune", help="search mesh shape, dataflows, transposition and slice counts")
+def tune_arguments(p: argparse.ArgumentParser) -> None:
     add_request_arguments(p, TuneRequest)
     add_trace_arguments(p, "simulate the best choice once more as a step and write its Chrome/Perfetto trace JSON "
                         "here", flag="--trace-best")
@@ -90,3 +90,7 @@ def _row(label: str, choice: Choice, placed: bool) -> tuple[str, ...]:
     return (label, choice.mesh, *shape, " ".join(choice.dataflows), transposed, per_layer_text(choice.slices),
             format_time(choice.step_time_s), f"{choice.tokens_per_s:,.0f}", format_time(choice.seconds_per_sequence),
             f"{choice.mfu:.1%}", f"{choice.hfu:.1%}")
+
+
+COMMANDS = MappingProxyType({"tune": tune_arguments})
+"""The flags of each command this module runs, given to its parser once the command is chosen (cli/main.py)."""

@@ -24,10 +24,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import simpy
-from simpy.core import EmptySchedule
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["HANDLED", "SIMULATING_ENV", "Interrupted", "StopSignals", "interrupts_deferred", "interrupts_raised",
            "run_events"]
@@ -135,6 +135,8 @@ def interrupts_deferred() -> Iterator[None]:
 def run_events(env: simpy.Environment) -> None:
     """Process ``env``'s events until none is left (``env.run()``), raising ``Interrupted`` between two events once
     a stop signal was received."""
+    from simpy.core import EmptySchedule  # here: the command line installs the handlers before it imports SimPy
+
     step = env.step
     simulating = os.environ.get(SIMULATING_ENV)
     _STOP.loops += 1
