@@ -151,3 +151,23 @@ def test_reproduce_resume_simulates_only_the_points_an_interrupted_run_left(
     assert lines[0].startswith("slice-sweep: estimate: ~") and lines[0].endswith(
         "for 9 points to run (5 finished earlier)")
     assert resumed.csv.read_bytes() == whole.csv.read_bytes()
+
+
+def test_plan_announces_the_cost_of_every_stage_it_searches(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan`` estimates like ``tune`` (it is one tune per algorithm and ZeRO stage): the line is printed before
+    the search, and searching every stage charges four times one stage's bound."""
+    from tpusim.config.requests import PlanRequest, TuneRequest
+
+    fields = {"model": "gpt3-175b", "hardware": "meshslice-sim", "chips": 16, "ignore_memory": True}
+    every = request_cost(parse_request(PlanRequest, fields), Context())
+    one = request_cost(parse_request(PlanRequest, {**fields, "zero_stage": 1}), Context())
+    tuned = request_cost(parse_request(TuneRequest, {**fields, "algorithm": "all"}), Context())
+    assert every is not None and one is not None and tuned is not None
+    assert one.estimate.events == tuned.estimate.events > 0
+    assert every.estimate.events == 4 * one.estimate.events
+    monkeypatch.setattr(estimate_module, "THRESHOLD_S", 0.0)
+    assert main(["plan", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "16", "--ignore-memory",
+                 "--zero-stage", "1", "--json"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("estimate:")]
+    assert lines == [estimate_line(one)]

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from tpusim.cli.common import count_arg, emit_json, note, print_table
+from tpusim.cli.common import announce_cost, count_arg, emit_json, note, print_table
 from tpusim.cli.derive import add_request_arguments, request_from_args
 from tpusim.cli.progress import Bar
 from tpusim.config.requests import PlanRequest
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     request = request_from_args(PlanRequest, args)
     assert isinstance(request, PlanRequest)
+    announce_cost(request, args.context)
     with Bar("stage") as bar:
         result = run_plan(request, args.context, progress=bar.describe if bar.drawn else None, jobs=args.jobs)
     if args.out is not None:

@@ -180,12 +180,15 @@ def _tune(request: TuneRequest, context: Context | None) -> Cost | None:
     ``refine_meshes`` refined) times one step's cost on the squarest mesh the step accepts, slice counts chosen by
     the closed forms, for each algorithm searched. The closed-form ranking and the GeMM pricing before it are not
     counted."""
-    from tpusim.config.requests import EVERY_ALGORITHM, StepRequest, parse_request
+    from tpusim.config.requests import EVERY_ALGORITHM, EVERY_ZERO_STAGE, StepRequest, parse_request
     from tpusim.gemm.registry import algorithms as registered
     from tpusim.tuning.space import factorisations
+    from tpusim.vocabulary import ZERO_STAGES
 
     meshes = factorisations(request.chips)
-    timed = len(meshes) if request.exhaustive else min(request.refine_meshes, len(meshes))
+    # ``zero_stage any`` (``plan``'s default) searches once per stage
+    stages = len(ZERO_STAGES) if request.zero_stage == EVERY_ZERO_STAGE else 1
+    timed = stages * (len(meshes) if request.exhaustive else min(request.refine_meshes, len(meshes)))
     algorithms = list(registered()) if request.algorithm == EVERY_ALGORITHM else [request.algorithm]
     # the settings a step shares with the tuning request, where they mean the same (set, not searched, there)
     shared = {name: getattr(request, name) for name in StepRequest.model_fields
