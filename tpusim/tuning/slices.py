@@ -24,7 +24,7 @@ from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
 from tpusim.model.step import StepSpec
-from tpusim.tuning.space import runs, slice_counts
+from tpusim.tuning.space import feasible_slices
 from tpusim.vocabulary import Fidelity
 
 GemmTimer = Callable[[GemmProblem, GemmParams], float]
@@ -36,12 +36,11 @@ def fastest_slice_count(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem
     """The feasible slice count whose ``problems`` take least ``time`` together (ties: the smaller), with every
     feasible count it was chosen from; None where no count is feasible for all of them."""
     timed: list[tuple[bool, float, int]] = []
-    for count in slice_counts(algorithm, list(problems), mesh, base):
-        params = replace(base, slices=count)
-        if runs(algorithm, problems, mesh, params):
-            total = sum(time(problem, params) for problem in problems)
-            # a time that overflowed (inf, nan) never wins: among such counts the smallest, whose result says so
-            timed.append((not math.isfinite(total), total if math.isfinite(total) else 0.0, count))
+    for params in feasible_slices(algorithm, problems, mesh, base):
+        assert params.slices is not None
+        total = sum(time(problem, params) for problem in problems)
+        # a time that overflowed (inf, nan) never wins: among such counts the smallest, whose result says so
+        timed.append((not math.isfinite(total), total if math.isfinite(total) else 0.0, params.slices))
     if not timed:
         return None
     return min(timed)[2], [count for _, _, count in timed]
@@ -114,7 +113,5 @@ def _options(spec: StepSpec, network: Network, data: int) -> list[tuple[list[Gem
     layers = []
     for layer in block_layers(replica, mesh):
         problems = [layer.gemm(which, spec.dtype) for which in Pass]
-        counts = slice_counts(algorithm, problems, mesh, base)
-        layers.append((problems, [replace(base, slices=k) for k in counts
-                                  if runs(algorithm, problems, mesh, replace(base, slices=k))]))
+        layers.append((problems, feasible_slices(algorithm, problems, mesh, base)))
     return layers

@@ -164,12 +164,19 @@ def layer_options(layer: FFLayer, algorithm: GemmAlgorithm, mesh: tuple[int, int
     for dataflow in dataflows:
         probe = LayerOption(dataflow, transpose, None)
         problems = list(layer_problems(layer, probe, dtype).values())
-        counts: list[int | None] = [None]
         if algorithm.uses_slices:
-            counts = list(slice_counts(algorithm, problems, mesh, base))
-        options.extend(LayerOption(dataflow, transpose, k) for k in counts
-                       if runs(algorithm, problems, mesh, replace(base, slices=k)))
+            options.extend(LayerOption(dataflow, transpose, params.slices)
+                           for params in feasible_slices(algorithm, problems, mesh, base))
+        elif runs(algorithm, problems, mesh, replace(base, slices=None)):
+            options.append(LayerOption(dataflow, transpose, None))
     return options
+
+
+def feasible_slices(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem], mesh: tuple[int, int],
+                    base: GemmParams) -> list[GemmParams]:
+    """``base`` at each slice count (ascending) with which every one of ``problems`` runs on ``mesh``."""
+    every = (replace(base, slices=k) for k in slice_counts(algorithm, list(problems), mesh, base))
+    return [params for params in every if runs(algorithm, problems, mesh, params)]
 
 
 def candidate_network(hardware: HardwareProfile, mapping: MeshMapping, context: Context) -> Network:
