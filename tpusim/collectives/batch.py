@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpusim.collectives.plans import Plan
+from tpusim.collectives.plans import Plan, index_type
 
 __all__ = ["Program", "merge_phases"]
 
@@ -60,26 +60,29 @@ def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
     gate_release: list[np.ndarray] = []
     roots: list[np.ndarray] = []
     base = 0
+    total = sum(len(plan.src) for phases in per_group for plan in phases)
+    itype = index_type(total, size * len(per_group), *(int(plan.route.max(initial=0)) + 1
+                                                        for phases in per_group for plan in phases))
     for slot, phases in enumerate(per_group):
         used = [plan for plan in phases if len(plan.src)]
         previous_gate = -1
         for index, plan in enumerate(used):
             m = len(plan.src)
             offset = slot * size
-            parts["src"].append(plan.src + offset)
-            parts["dst"].append(plan.dst + offset)
+            parts["src"].append((plan.src + offset).astype(itype, copy=False))
+            parts["dst"].append((plan.dst + offset).astype(itype, copy=False))
             parts["nbytes"].append(plan.nbytes)
             parts["hops"].append(plan.hops)
-            parts["pred"].append(np.where(plan.pred >= 0, plan.pred + base, -1))
+            parts["pred"].append(np.where(plan.pred >= 0, plan.pred + base, -1).astype(itype, copy=False))
             parts["adds"].append(np.full(m, plan.adds))
-            parts["slot"].append(np.full(m, slot, dtype=np.int64))
+            parts["slot"].append(np.full(m, slot, dtype=itype))
             last = index == len(used) - 1
             parts["final"].append(np.full(m, last))
             gate = -1 if last else len(gate_count)
             if not last:
                 gate_count.append(m)
                 gate_release.append(np.zeros(0, dtype=np.int64))  # filled by the next phase
-            parts["gate"].append(np.full(m, gate, dtype=np.int64))
+            parts["gate"].append(np.full(m, gate, dtype=itype))
             routes.append(plan.route)
             starters = np.flatnonzero(plan.pred < 0) + base
             if previous_gate < 0:
@@ -97,11 +100,11 @@ def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
     route = np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in routes])
     arrays = {key: np.concatenate(values) for key, values in parts.items()}
     pred = arrays["pred"]
-    succ = np.full(base, -1, dtype=np.int64)
+    succ = np.full(base, -1, dtype=itype)
     has = pred >= 0
     succ[pred[has]] = np.flatnonzero(has)
     final = arrays["final"].astype(bool)
-    incoming = np.bincount(arrays["dst"][final], minlength=size * len(per_group)).astype(np.int64)
+    incoming = np.bincount(arrays["dst"][final], minlength=size * len(per_group)).astype(itype)
     return Program(
         size=size, groups=len(per_group), src=arrays["src"], dst=arrays["dst"], nbytes=arrays["nbytes"],
         route=route, hops=arrays["hops"], succ=succ, adds=arrays["adds"].astype(bool), slot=arrays["slot"],

@@ -137,7 +137,8 @@ class _Run:
                  start: float, hbm: HbmCharges | None = None, *, background: bool = False) -> None:
         self.links = links
         self.background = background
-        self.reserved = np.zeros(len(program.src), dtype=np.int64)  # background: each message's last reservation
+        # background only: each message's last reservation (a foreground run holds none, one column less)
+        self.reserved = np.zeros(len(program.src) if background else 0, dtype=np.int64)
         self.hbm = hbm
         self.program = program
         self.on_rank_done = on_rank_done

@@ -17,11 +17,21 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tpusim.topology import RingEmbedding
 from tpusim.vocabulary import Ring
+
+INDEX_LIMIT = 2**31
+"""Index columns (ranks, routes, message chains) are 32-bit below this many entries: half the memory of a plan's
+columns, which are most of a large collective's resident memory (benchmarks ``ring_bytes_per_transfer``)."""
+
+
+def index_type(*counts: int) -> type[np.signedinteger[Any]]:
+    """The narrowest integer type that numbers ``max(counts)`` entries and -1."""
+    return np.int32 if max(counts, default=0) < INDEX_LIMIT else np.int64
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,8 +247,10 @@ def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
         base = pred[rep]
         pred = np.where(base >= 0, base * chunks + j, -1)
     m = len(src)
-    succ = np.full(m, -1, dtype=np.int64)
+    itype = index_type(m, n, int(table.max(initial=0)) + 1)  # route holds link ids
+    src, dst, route, hops, pred = (column.astype(itype, copy=False) for column in (src, dst, route, hops, pred))
+    succ = np.full(m, -1, dtype=itype)
     has = pred >= 0
     succ[pred[has]] = np.flatnonzero(has)
-    incoming = np.bincount(dst, minlength=n).astype(np.int64) if m else np.zeros(n, dtype=np.int64)
+    incoming = np.bincount(dst, minlength=n).astype(itype) if m else np.zeros(n, dtype=itype)
     return Plan(n, src, dst, nbytes, route, hops, pred, succ, incoming, builder.adds)
