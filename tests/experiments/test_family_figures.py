@@ -81,6 +81,19 @@ def test_strong_scaling_ticks_are_plain_chip_counts(monkeypatch: pytest.MonkeyPa
     assert y_labels and all(text.replace(",", "").replace(".", "").isdigit() for text in y_labels), y_labels
 
 
+def test_a_scaling_panel_without_any_result_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Megatron-NLG fits at no chip count of strong scaling under memory feasible: its panel says so instead of
+    drawing empty axes with a made-up scale."""
+    rows = [tuned_row("gpt3-175b", "feasible", "meshslice", chips, 0.5, 64.0 / chips, 64) for chips in (128, 256)]
+    rows += [{**tuned_row("megatron-nlg-530b-ms", "feasible", "meshslice", chips, 0.5, 1.0, 64), "step_time_s": None,
+              "mfu": None, "error": "does not fit"} for chips in (128, 256)]
+    fig = draw(monkeypatch, scaling, "strong-scaling", rows, tmp_path / "strong.png")["fig"]
+    empty = [ax for ax in fig.axes if not ax.lines]
+    assert len(empty) == 1 and empty[0].get_title().startswith("megatron-nlg-530b-ms")
+    assert [t.get_text() for t in empty[0].texts] == ["no result for any algorithm\n(see the error column of the CSV)"]
+    assert list(empty[0].get_xticks()) == [] and list(empty[0].get_yticks()) == []
+
+
 def test_tuner_accuracy_shows_both_models_when_both_gaps_are_zero(monkeypatch: pytest.MonkeyPatch,
                                                                   tmp_path: Path) -> None:
     rows = [{"model": model, "chips": chips, "gap_percent": 0.0}

@@ -115,6 +115,16 @@ def shared_legend(axes: list[Any]) -> tuple[list[Any], list[str]]:
     return handles, labels
 
 
+def empty_panel(ax: Any, title: str) -> None:
+    """A panel without a single result (e.g. the model fits in HBM nowhere): its title and why it is empty, no
+    axes that would suggest a scale."""
+    ax.set_title(title, fontsize=10)
+    ax.text(0.5, 0.5, "no result for any algorithm\n(see the error column of the CSV)", ha="center", va="center",
+            transform=ax.transAxes, fontsize=9)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def plain_number(value: float, _position: Any = None) -> str:
     """A tick label in plain digits (60, 4, 0.5), never 6x10^1."""
     if value <= 0:

@@ -20,6 +20,7 @@ from tpusim.experiments.families.common import (
     by_model,
     by_setting,
     clip_tall_bars,
+    empty_panel,
     figure,
     lead_range,
     memory_label,
@@ -95,11 +96,7 @@ def _headline_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         names = [r["algorithm"] for r in ordered]
         totals = [r["step_time_s"] for r in ordered]
         if not ordered:  # no algorithm has a configuration (e.g. the model fits in HBM on none)
-            ax.set_title(panel, fontsize=10)
-            ax.text(0.5, 0.5, "no result for any algorithm\n(see the error column of the CSV)", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            empty_panel(ax, panel)
             continue
         bars = ax.bar(names, totals, color=[COLOURS[n] for n in names])
         labels = []

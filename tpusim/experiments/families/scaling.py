@@ -11,6 +11,7 @@ from tpusim.experiments.families.common import (
     COLOURS,
     MEMORY_NOTE,
     by_model,
+    empty_panel,
     figure,
     memory_label,
     panel_figure,
@@ -61,6 +62,10 @@ def _lines(rows: list[dict[str, Any]], path: Path, title: str, field: str, label
     fig, axes, grouped = panel_figure(rows, width=6.5, height=5.0)
     infeasible = gaps = False
     for ax, (model, model_rows) in zip(axes, grouped.items(), strict=False):
+        if all(r[field] is None for r in model_rows):
+            gaps = True
+            empty_panel(ax, model)
+            continue
         for algorithm in ALGORITHM_ORDER:
             mine = [r for r in model_rows if r["algorithm"] == algorithm]
             gaps = gaps or any(r[field] is None for r in mine)
