@@ -192,7 +192,7 @@ def test_a_limit_drops_the_options_whose_panels_overflow() -> None:
 def test_the_tuned_steps_memory_is_no_more_than_its_gate() -> None:
     """The whole step of the tuner's choice reports the exact panels of its plan, never above the gate's figure."""
     hardware = load_hardware("tpuv4")
-    result = tune(TuneSpec(TINY, hardware, 16, batch=64, recompute=Recompute.FULL))
+    result = tune(TuneSpec(model=TINY, hardware=hardware, chips=16, batch=64, recompute=Recompute.FULL))
     rows, cols = (int(v) for v in result.best.mesh.split("x")[-2:])
     estimate, _ = _gate(result.best.algorithm, (rows, cols), default_prefetch(hardware))
     assert result.best.memory_feasible

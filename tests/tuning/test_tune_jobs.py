@@ -19,7 +19,8 @@ ARGV = ["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips"
 
 @pytest.mark.slow
 def test_two_worker_processes_give_the_result_of_one() -> None:
-    spec = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 16, ignore_memory=True)
+    spec = TuneSpec(model=load_model("gpt3-175b"), hardware=load_hardware("meshslice-sim"), chips=16,
+                    ignore_memory=True)
     alone, shared = CostCache(), CostCache()
     one = tune(spec, cache=alone, jobs=1)
     two = tune(spec, cache=shared, jobs=2)

@@ -90,7 +90,7 @@ def test_dp_fixes_the_data_parallel_degree(dp: int, expected: set[str]) -> None:
 
 @pytest.mark.slow
 def test_a_calibrated_profile_takes_no_data_axis_unless_asked() -> None:
-    result = tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True))
+    result = tune(TuneSpec(model=SMALL, hardware=load_hardware("meshslice-sim"), chips=16, ignore_memory=True))
     assert all(report.mesh.count("x") == 1 for report in result.meshes)
 
 
@@ -110,7 +110,7 @@ def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
     from tpusim.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError, match="data parallelism does not apply to calibrated profile 'meshslice-sim'"):
-        tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True, dp=4))
+        tune(TuneSpec(model=SMALL, hardware=load_hardware("meshslice-sim"), chips=16, ignore_memory=True, dp=4))
 
 
 @pytest.mark.slow

@@ -310,7 +310,8 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     the same as with one, plus a note when capped)."""
     from tpusim.experiments.executors import worker_count
     from tpusim.gemm.registry import get_algorithm
-    from tpusim.tuning.search import TuneSpec, check_jobs, tune
+    from tpusim.tuning.search import check_jobs, tune
+    from tpusim.tuning.spec import tune_spec
 
     check_jobs(jobs)
     check_offload(request.remat_offload, request_hardware(request, context))
@@ -325,19 +326,8 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     assert isinstance(request.zero_stage, int)
     workers, capped = worker_count(jobs)
 
-    spec = TuneSpec(
-        model=model_of(request.model, context), hardware=request_hardware(request, context),
-        chips=request.chips,
-        algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
-        prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
-        remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
-        attention=request.attention, prefetch_window=request.prefetch_window,
-        prefetch_budget=request.prefetch_budget,
-        fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
-        allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
-        dataflows=request.dataflows, bytes_per_param=request.bytes_per_param, dp=request.dp,
-        zero_stage=request.zero_stage, dcn_slices=request.dcn_data,
-    )
+    resolved = request.model_copy(update={"algorithm": get_algorithm(request.algorithm).name})
+    spec = tune_spec(resolved, model_of(request.model, context), request_hardware(request, context))
     result = tune(spec, context=context, progress=progress, stages=stages, jobs=workers)
     if capped is not None:
         result.notes.append(capped)
