@@ -64,6 +64,10 @@ class GemmAlgorithm(ABC):
     variants: ClassVar[tuple[str, ...]] = ()
     parallelism: ClassVar[str] = "2d"  # "2d", "1d-feature" (tp1d) or "1d-batch" (fsdp): how a step shards
 
+    def __str__(self) -> str:
+        # an algorithm stands for its name wherever it is shown or keyed (a step's timing-cache key among them)
+        return self.name
+
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         """Raise InfeasibleError for a combination this algorithm cannot run."""
         if params.slices is not None and not self.uses_slices:

@@ -23,7 +23,7 @@ def replica_spec(setting: Setting, batch: int) -> StepSpec:
     """The step of a replica training ``batch`` sequences under the settled request."""
     request, memory = setting.request, setting.memory
     save, offload = request.remat
-    return StepSpec(request.transformer, setting.algorithm.name, batch, prefetch=setting.prefetch,
+    return StepSpec(request.transformer, setting.algorithm, batch, prefetch=setting.prefetch,
                     recompute=memory.recompute, attention=request.attention, prefetch_window=request.prefetch_window,
                     prefetch_budget=setting.budget, bytes_per_param=request.bytes_per_param, dtype=TUNED_DTYPE,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,

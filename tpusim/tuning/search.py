@@ -39,7 +39,6 @@ from tpusim.config.options import WorkerOptions
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.params import default_prefetch
-from tpusim.gemm.registry import get_algorithm
 from tpusim.model.memory import plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec
@@ -141,7 +140,7 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
     hardware, model = request.profile, request.transformer
-    algorithm = get_algorithm(request.algorithm)
+    algorithm = request.gemm_algorithm
     whole_batch = request.batch if request.batch is not None else request.chips
     # the search is one slice's: every slice runs the same layout on its share of the batch (docs/network.md#dcn)
     chips, batch = _one_slice(request, whole_batch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
-from pydantic import model_validator
+from pydantic import PrivateAttr, model_validator
 
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import EVERY_ZERO_STAGE, TuneRequest
@@ -24,7 +24,10 @@ TUNED_DTYPE = "bf16"
 class TuneSpec(TuneRequest):
     """A tune request as the search reads it: the options are the request's own fields (declared once, in
     ``tpusim.config.requests``); ``model`` and ``hardware`` are the loaded objects, the profile scaled and switched
-    as asked, and ``zero_stage`` is one stage (the runner tunes each stage of ``any`` in turn)."""
+    as asked, ``zero_stage`` is one stage (the runner tunes each stage of ``any`` in turn), and the algorithm named
+    is resolved once, by the runner (``tune_spec``), into ``gemm_algorithm``."""
+
+    _algorithm: GemmAlgorithm | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _resolved(self) -> Self:
@@ -34,6 +37,13 @@ class TuneSpec(TuneRequest):
         if self.zero_stage == EVERY_ZERO_STAGE:
             raise UserError("a TuneSpec searches one ZeRO stage; the runner tunes each stage of 'any' in turn")
         return self
+
+    @property
+    def gemm_algorithm(self) -> GemmAlgorithm:
+        """The algorithm tuned, as resolved from its name (``tune_spec``)."""
+        if self._algorithm is None:
+            raise UserError(f"a TuneSpec has its algorithm {self.algorithm!r} resolved by tune_spec")
+        return self._algorithm
 
     @property
     def transformer(self) -> TransformerModel:
@@ -64,10 +74,14 @@ class TuneSpec(TuneRequest):
         return frozenset(self.remat_save), frozenset(self.remat_offload)
 
 
-def tune_spec(request: TuneRequest, model: TransformerModel, hardware: HardwareProfile) -> TuneSpec:
-    """``request`` with its model and hardware resolved (the one way a runner makes a ``TuneSpec``)."""
+def tune_spec(request: TuneRequest, model: TransformerModel, hardware: HardwareProfile,
+              algorithm: GemmAlgorithm) -> TuneSpec:
+    """``request`` with its model, hardware and algorithm resolved (the one way to make a ``TuneSpec``)."""
     fields = {name: getattr(request, name) for name in TuneRequest.model_fields}
-    return TuneSpec.model_validate({**fields, "kind": "tune", "model": model, "hardware": hardware})
+    spec = TuneSpec.model_validate({**fields, "kind": "tune", "model": model, "hardware": hardware,
+                                    "algorithm": algorithm.name})
+    spec._algorithm = algorithm
+    return spec
 
 
 @dataclass(frozen=True)
