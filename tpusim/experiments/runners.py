@@ -229,7 +229,7 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
                tracer: Tracer | None = None) -> StepSetup:
     """Everything ``run_step`` resolves before it simulates anything, with the refusals it makes on the way."""
     from tpusim.experiments.names import algorithm_named
-    from tpusim.gemm.algorithm import SLICED
+    from tpusim.gemm.algorithm import not_taken
     from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
     from tpusim.model.step import StepSpec
@@ -245,7 +245,7 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
     slices = _per_layer(request.slices)
     if slices is not None and not algorithm.uses_slices:
         shown = ",".join(str(k) for k in request.slices) if isinstance(request.slices, list) else request.slices
-        raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; {SLICED}")
+        raise not_taken(algorithm, "slices", str(shown))
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
     slices_over_dcn = request.dcn_slices
     _check_dcn(request, profile, slices_over_dcn)
