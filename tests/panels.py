@@ -10,6 +10,7 @@ from typing import Any
 from tpusim.config import TransformerModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import GemmOp
 from tpusim.model.plan import StepPlan, StepSpec, plan_step
 from tpusim.units import dtype_bytes
@@ -99,6 +100,6 @@ def plan_panel_bytes(model: TransformerModel, algorithm: str, batch: int, mesh: 
                      window: int | None = None, **spec: Any) -> float:
     """``step_panel_bytes`` of the plan a step of ``batch`` sequences per replica runs on ``mesh`` (the dataflows
     the step picks itself unless ``spec`` names them)."""
-    plan = plan_step(StepSpec(model, algorithm, batch, slices, prefetch=prefetch, recompute=recompute,
+    plan = plan_step(StepSpec(model, get_algorithm(algorithm), batch, slices, prefetch=prefetch, recompute=recompute,
                               allow_infeasible=True, **spec), mesh)
     return step_panel_bytes(plan, algorithm, mesh, prefetch, window)

@@ -368,7 +368,8 @@ def test_overlap_limit_serialises_the_collective_gemm_gathers(spec: str, rows: i
     results = {}
     for limit in (1, "unlimited"):
         hw = with_collective_switches(TPUV4, multi_axis=multi_axis, overlap_limit=limit)
-        result = simulate_gemm(problem, "collective", params, network_for(hw, mapping), fidelity=Fidelity.FULL)
+        result = simulate_gemm(problem, get_algorithm("collective"), params, network_for(hw, mapping),
+                               fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
         results[limit] = result

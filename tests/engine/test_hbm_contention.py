@@ -28,6 +28,7 @@ from tpusim.engine.simulation import Simulation
 from tpusim.errors import ConfigError
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.topology import MeshMapping, map_mesh, parse_topology
@@ -183,7 +184,8 @@ def test_with_very_fast_hbm_whole_gemms_equal_their_uncontended_twins(algorithm:
     problem = GemmProblem(2048, 8192, 8192, Dataflow.OS)
     params = GemmParams(slices=4, prefetch=Prefetch.PREVIOUS_OP) if algorithm == "meshslice" else GemmParams()
     for hardware in (_chip({"hbm_bandwidth": 1e18}), _chip({"dma_hbm_traffic": 0.0})):
-        result = simulate_gemm(problem, algorithm, params, network_for(hardware, _ring()), fidelity=Fidelity.FULL)
+        result = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(hardware, _ring()),
+                               fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
 
@@ -195,9 +197,10 @@ def test_contention_slows_an_overlapped_gemm_by_at_most_its_stall(algorithm: str
     accrued, which in turn stays below its DMA bytes over the HBM bandwidth."""
     problem = GemmProblem(65536, 1536, 2048, dataflow)
     params = GemmParams(slices=8) if algorithm == "meshslice" else GemmParams()
-    off = simulate_gemm(problem, algorithm, params, network_for(_chip({"dma_hbm_traffic": 0.0}), _ring()),
+    off = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(_chip({"dma_hbm_traffic": 0.0}),
+                                                                               _ring()),
                         fidelity=Fidelity.FULL)
-    on = simulate_gemm(problem, algorithm, params, network_for(TPUV4, _ring()), fidelity=Fidelity.FULL)
+    on = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(TPUV4, _ring()), fidelity=Fidelity.FULL)
     assert off.hbm_stall_s == 0.0 and on.hbm_stall_s > 0.0
     assert off.time_s * 1.001 < on.time_s <= off.time_s + on.hbm_stall_s * (1 + 1e-9)
     assert on.bytes_sent is not None

@@ -8,6 +8,7 @@ from tpusim.collectives.factory import network_for
 from tpusim.config import HardwareProfile
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.topology import MeshMapping
 from tpusim.vocabulary import Dataflow
@@ -20,5 +21,6 @@ def assert_exact_products(algorithm: str, hw: HardwareProfile, mapping: MeshMapp
         for dataflow in Dataflow:
             for transpose in (False, True):
                 problem = GemmProblem(*dims, dataflow, transpose)
-                result = simulate_gemm(problem, algorithm, setting, network_for(hw, mapping), verify=True)
+                result = simulate_gemm(problem, get_algorithm(algorithm), setting, network_for(hw, mapping),
+                                       verify=True)
                 assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)

@@ -9,7 +9,7 @@ from tpusim.collectives.factory import network_for
 from tpusim.config import TransformerModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import algorithms
+from tpusim.gemm.registry import algorithms, get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.feasibility import parts_for
 from tpusim.model.layer import Pass, ff_layers
@@ -62,5 +62,5 @@ def test_block_gemms_are_exact(profile_mesh, name: str, algorithm: str) -> None:
         if chosen.uses_slices:  # two slices where the sliced dimension allows, else its smallest feasible count
             options = chosen.slice_options(problem, mesh, GemmParams(slices=1)) or []
             params = GemmParams(slices=2 if 2 in options else options[0])
-        result = simulate_gemm(problem, algorithm, params, network_for(hardware, mapping), verify=True)
+        result = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(hardware, mapping), verify=True)
         assert result.max_abs_error is not None and result.max_abs_error < 1e-9, problem

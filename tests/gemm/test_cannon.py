@@ -32,7 +32,7 @@ def test_products_exact(profile_mesh, hw_name: str, n: int, variant: str | None)
             # M, N, K all different so a mispaired block or a swapped axis cannot hide behind a square shape.
             problem = GemmProblem(64, 128, 256, dataflow, transpose)
             params = GemmParams(prefetch=default_prefetch(hw), variant=variant)
-            result = simulate_gemm(problem, "cannon", params, network_for(hw, mapping), verify=True)
+            result = simulate_gemm(problem, get_algorithm("cannon"), params, network_for(hw, mapping), verify=True)
             assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
 
 
@@ -45,7 +45,7 @@ def _shapes(n: int) -> list[tuple[int, int, int]]:
 def _run(profile_mesh, problem: GemmProblem, variant: str | None, n: int):  # type: ignore[no-untyped-def]
     hw, mapping = profile_mesh("meshslice-tpu-fit", n, n)
     params = GemmParams(variant=variant)
-    result = simulate_gemm(problem, "cannon", params, network_for(hw, mapping))
+    result = simulate_gemm(problem, get_algorithm("cannon"), params, network_for(hw, mapping))
     terms = get_algorithm("cannon").terms(GemmContext(problem, params, (n, n)), CostModel(network_for(hw, mapping)))
     return result, terms
 
@@ -122,7 +122,7 @@ def test_non_square_mesh() -> None:
 def test_non_square_mesh_through_simulate(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="needs a square mesh; got 4x8"):
-        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "cannon", GemmParams(),
+        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), get_algorithm("cannon"), GemmParams(),
                       network_for(hw, profile_mesh(hw, 4, 8)[1]))
 
 

@@ -75,11 +75,11 @@ def test_the_algorithm_computes_the_product_and_equals_its_closed_form(
     except UserError as refusal:  # the algorithm's own rule: a clean line, and the simulation says the same
         assert refusal.message and "\n" not in refusal.message
         with pytest.raises(type(refusal)) as simulated:
-            simulate_gemm(problem, name, params, network_for(hardware, mapping), verify=True)
+            simulate_gemm(problem, get_algorithm(name), params, network_for(hardware, mapping), verify=True)
         assert simulated.value.message == refusal.message
         pytest.skip(f"refused by {name}: {refusal.message}")
     received, devices = _recording(monkeypatch)
-    result = simulate_gemm(problem, name, params, network_for(hardware, mapping), verify=True)
+    result = simulate_gemm(problem, get_algorithm(name), params, network_for(hardware, mapping), verify=True)
     assert result.max_abs_error is not None and result.max_abs_error < EXACT
     _check_panels(name, problem, params, shape, received, devices)
     if network == "calibrated":  # every collective there has a closed form, so every algorithm's twin exists

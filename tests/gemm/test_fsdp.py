@@ -37,7 +37,8 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
     for dims in (SMALL, LARGE):
         for prefetch in Prefetch:
             problem = GemmProblem(*dims, dataflow)
-            result = simulate_gemm(problem, "fsdp", GemmParams(prefetch=prefetch), network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("fsdp"), GemmParams(prefetch=prefetch), network_for(hw,
+                                                                                                              mapping))
             assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
 
 
@@ -56,8 +57,10 @@ def test_closed_form(profile_mesh, dataflow: Dataflow) -> None:
     else:
         g, gather, reduce = costs.gemm(m / p, n, k), costs.all_gather(0, k * n / p), 0.0
     problem = GemmProblem(m, n, k, dataflow)
-    none = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.NONE), network_for(hw, mapping)).time_s
-    ideal = simulate_gemm(problem, "fsdp", GemmParams(prefetch=Prefetch.IDEAL), network_for(hw, mapping)).time_s
+    none = simulate_gemm(problem, get_algorithm("fsdp"), GemmParams(prefetch=Prefetch.NONE), network_for(hw,
+                                                                                                         mapping)).time_s
+    ideal = simulate_gemm(problem, get_algorithm("fsdp"), GemmParams(prefetch=Prefetch.IDEAL), network_for(hw,
+                                                                                                           mapping)).time_s
     assert none == pytest.approx(gather + g + reduce, rel=1e-9)
     assert ideal == pytest.approx(max(gather, g) + reduce, rel=1e-9)
     if dataflow is not Dataflow.RS:

@@ -47,7 +47,8 @@ def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> No
                 # Free dims != sliced dim so a misplaced slice cannot hide behind a square shape.
                 problem = _problem(dataflow, unit * slices, (unit, 2 * unit), transpose)
                 params = GemmParams(prefetch=default_prefetch(hw), slices=slices)
-                result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping), verify=True)
+                result = simulate_gemm(problem, get_algorithm("meshslice"), params, network_for(hw, mapping),
+                                       verify=True)
                 assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose, slices)
 
 
@@ -67,7 +68,8 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
     for free, q in REGIMES:
         for slices in range(1, 17):
             problem = _problem(dataflow, unit * slices * q, free)
-            result = simulate_gemm(problem, "meshslice", GemmParams(slices=slices), network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("meshslice"), GemmParams(slices=slices), network_for(hw,
+                                                                                                               mapping))
             assert result.analytic_time_s is not None
             assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9), (free, slices)
 
@@ -87,7 +89,7 @@ def test_physical_reduce_scatters_pipeline_below_twin_without_limits(profile_mes
         for slices in (2, 3):
             problem = _problem(dataflow, 64 * slices, (64, 64), transpose=dataflow is Dataflow.LS)
             params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
-            result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("meshslice"), params, network_for(hw, mapping))
             gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape),
                                             CostModel(network_for(hw, mapping)))
             assert r > max(*gathers, g)  # the reduce-scatter-bound regime
@@ -110,7 +112,7 @@ def test_overlap_limit_changes_os_time_by_what_its_twin_says(profile_mesh, limit
     slices = 4
     problem = _problem(Dataflow.OS, 64 * slices, (4096, 2048))
     params = GemmParams(prefetch=Prefetch.PREVIOUS_OP, slices=slices)
-    result = simulate_gemm(problem, "meshslice", params, network_for(hw, mapping))
+    result = simulate_gemm(problem, get_algorithm("meshslice"), params, network_for(hw, mapping))
     gathers, r, g = algorithm.terms(GemmContext(problem, params, mapping.shape), CostModel(network_for(hw, mapping)))
     assert r == 0 and len(gathers) == 2 and min(gathers) > 0
     c = sum(gathers) if limit == 1 else max(gathers)
@@ -145,7 +147,7 @@ def test_worked_examples(profile_mesh, algorithm: str, dataflow: Dataflow, param
     hw = _toy()
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], dataflow)
-    result = simulate_gemm(problem, algorithm, params, network_for(hw, mapping))
+    result = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(hw, mapping))
     assert result.analytic_time_s is not None
     assert result.analytic_time_s * 1e6 == pytest.approx(total_us, abs=0.01)
     assert result.time_s * 1e6 == pytest.approx(total_us, abs=0.01)
@@ -161,7 +163,7 @@ def test_mean_overlap_switch_changes_only_the_twin(profile_mesh) -> None:
     hw = _toy()
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(TOY_SHAPE["m"], TOY_SHAPE["n"], TOY_SHAPE["k"], Dataflow.OS)
-    result = simulate_gemm(problem, "meshslice", GemmParams(slices=4, compat_mean_overlap=True),
+    result = simulate_gemm(problem, get_algorithm("meshslice"), GemmParams(slices=4, compat_mean_overlap=True),
                            network_for(hw, mapping))
     assert result.analytic_time_s is not None
     assert result.analytic_time_s * 1e6 == pytest.approx(4958.31, abs=0.01)
@@ -177,8 +179,9 @@ def test_gpt3_ff1_exposed_communication(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     mapping = profile_mesh(hw, 32, 8)[1]
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
-    sliced = simulate_gemm(problem, "meshslice", GemmParams(slices=8), network_for(hw, mapping))
-    baseline = simulate_gemm(problem, "collective", GemmParams(prefetch=Prefetch.IDEAL), network_for(hw, mapping))
+    sliced = simulate_gemm(problem, get_algorithm("meshslice"), GemmParams(slices=8), network_for(hw, mapping))
+    baseline = simulate_gemm(problem, get_algorithm("collective"), GemmParams(prefetch=Prefetch.IDEAL),
+                             network_for(hw, mapping))
     assert sliced.compute_s == pytest.approx(baseline.compute_s, rel=1e-9)
     assert sliced.exposed_comm_s < 0.25 * baseline.exposed_comm_s
     assert sliced.exposed_comm_s * 1e6 == pytest.approx(833.57, abs=0.01)
@@ -191,7 +194,8 @@ def test_infeasible_slice_count_lists_feasible_ones(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     problem = GemmProblem(256 * 2048, 49152, 12288, Dataflow.OS)
     with pytest.raises(InfeasibleError) as info:
-        simulate_gemm(problem, "meshslice", GemmParams(slices=7), network_for(hw, profile_mesh(hw, 32, 8)[1]))
+        simulate_gemm(problem, get_algorithm("meshslice"), GemmParams(slices=7), network_for(hw, profile_mesh(hw, 32,
+                                                                                                              8)[1]))
     assert str(info.value).startswith(
         "--slices 7: the sliced dimension k = 12288 is not divisible by lcm(32, 8) x 8 x 7; "
         "feasible slice counts: 1, 2, 3, 4, 6, 8, 12, 16, 24, 48"
@@ -242,5 +246,5 @@ def test_unknown_variant() -> None:
 def test_slices_rejected_by_collective(profile_mesh) -> None:
     hw = load_hardware("meshslice-tpu-fit")
     with pytest.raises(InfeasibleError, match="--slices 4 does not apply to algorithm 'collective'"):
-        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), "collective", GemmParams(slices=4),
+        simulate_gemm(GemmProblem(256, 256, 256, Dataflow.OS), get_algorithm("collective"), GemmParams(slices=4),
                       network_for(hw, profile_mesh(hw, 4, 4)[1]))

@@ -37,7 +37,7 @@ def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> No
             # M, N, K all different so a misplaced panel or a swapped axis cannot hide behind a square shape.
             problem = GemmProblem(64, 128, 256, dataflow, transpose)
             params = GemmParams(prefetch=default_prefetch(hw))
-            result = simulate_gemm(problem, "summa", params, network_for(hw, mapping), verify=True)
+            result = simulate_gemm(problem, get_algorithm("summa"), params, network_for(hw, mapping), verify=True)
             assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
 
 
@@ -56,7 +56,7 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
     for m, n, k in SHAPES:
         for transpose in (False, True):
             problem = GemmProblem(m, n, k, dataflow, transpose)
-            result = simulate_gemm(problem, "summa", GemmParams(), network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("summa"), GemmParams(), network_for(hw, mapping))
             assert result.analytic_time_s is not None
             assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9), (m, n, k, transpose)
             broadcasts, r, g = algorithm.terms(GemmContext(problem, GemmParams(), mesh),
@@ -78,7 +78,7 @@ def test_physical_reduces_pipeline_below_twin(profile_mesh, dataflow: Dataflow) 
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(64, 128, 256, dataflow, transpose=dataflow is Dataflow.LS)  # reduce on the 8-chip axis
     params = GemmParams(prefetch=Prefetch.PREVIOUS_OP)
-    result = simulate_gemm(problem, "summa", params, network_for(hw, mapping))
+    result = simulate_gemm(problem, get_algorithm("summa"), params, network_for(hw, mapping))
     broadcasts, r, g = get_algorithm("summa").terms(GemmContext(problem, params, mapping.shape),
                                                     CostModel(network_for(hw, mapping)))
     assert r > max(*broadcasts, g)
@@ -98,7 +98,7 @@ def test_worked_example_os(profile_mesh) -> None:
     hw = _toy()
     mapping = profile_mesh(hw, 8, 4)[1]
     problem = GemmProblem(65536, 32768, 8192, Dataflow.OS)
-    result = simulate_gemm(problem, "summa", GemmParams(), network_for(hw, mapping))
+    result = simulate_gemm(problem, get_algorithm("summa"), GemmParams(), network_for(hw, mapping))
     (b_x, b_w), r, g = get_algorithm("summa").terms(GemmContext(problem, GemmParams(), (8, 4)),
                                                     CostModel(network_for(hw, mapping)))
     assert [b_x * 1e6, b_w * 1e6, g * 1e6] == pytest.approx([348.54, 352.54, 549.76], abs=0.01)
@@ -167,7 +167,7 @@ def test_des_equals_twin_for_every_panel_count(profile_mesh, mesh: tuple[int, in
     for s in (1, 2, 4, 8):
         for m, n, k in SHAPES[1:]:
             problem = GemmProblem(m, n, k, dataflow, transpose=True)
-            result = simulate_gemm(problem, "summa", GemmParams(slices=s), network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("summa"), GemmParams(slices=s), network_for(hw, mapping))
             assert result.analytic_time_s is not None
             assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9), (s, m, n, k)
 

@@ -9,7 +9,7 @@ import pytest
 from tpusim.collectives.factory import network_for
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import algorithms
+from tpusim.gemm.registry import algorithms, get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.vocabulary import Dataflow, Fidelity
@@ -44,8 +44,10 @@ def test_auto_equals_full(profile_mesh, hardware: str, algorithm: str, mesh: tup
     _, mapping = profile_mesh(profile, *mesh)
     problem = GemmProblem(2048, 1024, 4096, dataflow)
     params = GemmParams(slices=slices, variant=variant)
-    full = simulate_gemm(problem, algorithm, params, network_for(profile, mapping), fidelity=Fidelity.FULL)
-    auto = simulate_gemm(problem, algorithm, params, network_for(profile, mapping), fidelity=Fidelity.AUTO)
+    full = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(profile, mapping),
+                         fidelity=Fidelity.FULL)
+    auto = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(profile, mapping),
+                         fidelity=Fidelity.AUTO)
     assert auto.time_s == pytest.approx(full.time_s, rel=1e-9)
     assert auto.compute_s == pytest.approx(full.compute_s, rel=1e-9)
     assert auto.exposed_comm_s == pytest.approx(full.exposed_comm_s, rel=1e-9, abs=1e-15)

@@ -38,7 +38,7 @@ def test_products_exact(profile_mesh, hw_name: str, mesh: tuple[int, int]) -> No
     for dataflow in Dataflow:
         for transpose in (False, True):  # no axis pair to swap: must not change the result
             problem = GemmProblem(*SMALL, dataflow, transpose)
-            result = simulate_gemm(problem, "tp1d", GemmParams(), network_for(hw, mapping), verify=True)
+            result = simulate_gemm(problem, get_algorithm("tp1d"), GemmParams(), network_for(hw, mapping), verify=True)
             assert result.max_abs_error is not None and result.max_abs_error < 1e-9, (dataflow, transpose)
 
 
@@ -62,7 +62,8 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
         terms = _terms(problem, hw, mapping)
         assert (terms.shift > terms.gemm) == shift_bound
         for prefetch in Prefetch:  # no weight gather: the policy must not matter
-            result = simulate_gemm(problem, "tp1d", GemmParams(prefetch=prefetch), network_for(hw, mapping))
+            result = simulate_gemm(problem, get_algorithm("tp1d"), GemmParams(prefetch=prefetch), network_for(hw,
+                                                                                                              mapping))
             assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
             assert result.time_s == pytest.approx(terms.loop, rel=1e-9)
 
@@ -78,7 +79,7 @@ def test_reference_form_counts_one_extra_roll(profile_mesh, dataflow: Dataflow) 
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mapping)
-        des = simulate_gemm(problem, "tp1d", GemmParams(), network_for(hw, mapping)).time_s
+        des = simulate_gemm(problem, get_algorithm("tp1d"), GemmParams(), network_for(hw, mapping)).time_s
         assert terms.reference() - des == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
     cal = hw.calibration
     assert cal is not None

@@ -55,7 +55,8 @@ def test_des_equals_twin_calibrated(profile_mesh, mesh: tuple[int, int], dataflo
             terms = _terms(problem, hw, mapping)
             assert (terms.shift > terms.gemm) == shift_bound
             for prefetch in Prefetch:
-                result = simulate_gemm(problem, "wang", GemmParams(prefetch=prefetch), network_for(hw, mapping))
+                result = simulate_gemm(problem, get_algorithm("wang"), GemmParams(prefetch=prefetch), network_for(hw,
+                                                                                                                  mapping))
                 assert result.analytic_time_s == pytest.approx(result.time_s, rel=1e-9, abs=0.0), (dims, prefetch)
 
 
@@ -71,7 +72,8 @@ def test_reference_form_counts_one_extra_shift(profile_mesh, dataflow: Dataflow)
     for dims in (SMALL, LARGE):
         problem = GemmProblem(*dims, dataflow)
         terms = _terms(problem, hw, mapping)
-        des = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), network_for(hw, mapping)).time_s
+        des = simulate_gemm(problem, get_algorithm("wang"), GemmParams(prefetch=Prefetch.NONE), network_for(hw,
+                                                                                                            mapping)).time_s
         excess = terms.reference() - des
         assert excess == pytest.approx(max(terms.shift - terms.gemm, 0.0), rel=1e-9, abs=1e-15)
         if dims is SMALL:
@@ -87,8 +89,10 @@ def test_ideal_prefetch_overlaps_the_weight_gather(profile_mesh) -> None:
     for dataflow in (Dataflow.OS, Dataflow.LS):
         problem = GemmProblem(*SMALL, dataflow)
         terms = _terms(problem, hw, mapping)
-        ideal = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.IDEAL), network_for(hw, mapping)).time_s
-        none = simulate_gemm(problem, "wang", GemmParams(prefetch=Prefetch.NONE), network_for(hw, mapping)).time_s
+        ideal = simulate_gemm(problem, get_algorithm("wang"), GemmParams(prefetch=Prefetch.IDEAL), network_for(hw,
+                                                                                                               mapping)).time_s
+        none = simulate_gemm(problem, get_algorithm("wang"), GemmParams(prefetch=Prefetch.NONE), network_for(hw,
+                                                                                                             mapping)).time_s
         assert none == pytest.approx(terms.gather + terms.loop, rel=1e-9)
         lead = terms.gather + (3 * terms.shift if dataflow is Dataflow.LS else 0.0)
         assert ideal == pytest.approx(max(lead, terms.loop), rel=1e-9)

@@ -12,6 +12,7 @@ from tpusim.config import HardwareProfile
 from tpusim.errors import ConfigError
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import ChipModel, load_hardware, scaled_profile
 from tpusim.model.layer import VECTOR_OPS_PER_ELEMENT
@@ -77,7 +78,8 @@ def test_accumulator_precision_shows_in_twin_and_simulation(algorithm: str, data
     problem = GemmProblem(8192, 8192, 512, dataflow)
     times = {}
     for nbytes in (4, 2):
-        result = simulate_gemm(problem, algorithm, params, network_for(_chip(accumulator_bytes=nbytes), mapping),
+        result = simulate_gemm(problem, get_algorithm(algorithm), params, network_for(_chip(accumulator_bytes=nbytes),
+                                                                                      mapping),
                                fidelity=Fidelity.FULL)
         assert result.analytic_time_s is not None
         assert result.time_s == pytest.approx(result.analytic_time_s, rel=1e-9)
@@ -89,7 +91,8 @@ def test_single_gemm_algorithms_never_accumulate() -> None:
     """The collective 2D GeMM multiplies once: its time does not depend on the accumulator precision."""
     mapping = map_mesh(parse_topology("torus:4x4"), 4, 4)
     problem = GemmProblem(8192, 8192, 512, Dataflow.OS)
-    times = {simulate_gemm(problem, "collective", GemmParams(), network_for(_chip(accumulator_bytes=nbytes), mapping),
+    times = {simulate_gemm(problem, get_algorithm("collective"), GemmParams(),
+                           network_for(_chip(accumulator_bytes=nbytes), mapping),
                            fidelity=Fidelity.FULL).time_s for nbytes in (4, 2)}
     assert len(times) == 1
 

@@ -7,6 +7,7 @@ import pytest
 
 from tpusim import api
 from tpusim.errors import UnknownNameError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import ChipModel, load_hardware
 from tpusim.model.layer import LocalOp, model_flops_per_block
 from tpusim.model.plan import StepSpec, block_shape, plan_block, step_hardware_flops
@@ -19,14 +20,14 @@ BATCH = 256
 
 
 def _attention(attention: Attention, recompute: Recompute = Recompute.NONE) -> dict[str, LocalOp]:
-    spec = StepSpec(GPT3, "meshslice", BATCH, recompute=recompute, attention=attention)
+    spec = StepSpec(GPT3, get_algorithm("meshslice"), BATCH, recompute=recompute, attention=attention)
     forward, backward, _ = plan_block(spec, MESH)
     return {op.name: op for op in forward + backward if isinstance(op, LocalOp) and "attention" in op.name}
 
 
 def _sizes() -> tuple[float, float, float]:
     """(scores, activation elements, forward FLOPs) per chip: 8 sequences and 12 heads on 32x8."""
-    shape, _ = block_shape(StepSpec(GPT3, "meshslice", BATCH), MESH, False)
+    shape, _ = block_shape(StepSpec(GPT3, get_algorithm("meshslice"), BATCH), MESH, False)
     assert (shape.sequences_per_chip, shape.heads_per_chip) == (8, 12)
     scores = 8 * 12 * 2048**2
     act = shape.tokens_per_chip * shape.hidden_per_chip
@@ -75,7 +76,7 @@ def test_hfu_counts_the_fused_backward_recomputation() -> None:
     _, _, flops = _sizes()
     per_chip_to_global = 256  # the forward FLOPs above are one chip's share
     for attention, extra in ((Attention.UNFUSED, 0.0), (Attention.FUSED, 0.5)):
-        spec = StepSpec(GPT3, "meshslice", BATCH, attention=attention)
+        spec = StepSpec(GPT3, get_algorithm("meshslice"), BATCH, attention=attention)
         model = model_flops_per_block(GPT3, spec.tokens, BATCH) * GPT3.layers
         assert step_hardware_flops(spec) == pytest.approx(model + extra * flops * per_chip_to_global * GPT3.layers,
                                                           rel=1e-12)

@@ -10,7 +10,7 @@ import pytest
 from tpusim.cli.main import main
 from tpusim.collectives.factory import network_for
 from tpusim.config import TransformerModel
-from tpusim.gemm.registry import algorithms
+from tpusim.gemm.registry import algorithms, get_algorithm
 from tpusim.model.feasibility import parts_for, split_for
 from tpusim.model.layer import GemmOp, LocalOp, NormStatsOp, ff_layers
 from tpusim.model.memory import estimate_memory
@@ -121,7 +121,7 @@ def test_kv_heads_that_do_not_divide_the_split_are_a_violation() -> None:
 
 
 def _ops(model: TransformerModel) -> tuple[list[str], list[str]]:
-    forward, backward, _ = plan_block(StepSpec(model, "collective", 4), (2, 2))
+    forward, backward, _ = plan_block(StepSpec(model, get_algorithm("collective"), 4), (2, 2))
     return [op.name for op in forward], [op.name for op in backward]
 
 
@@ -137,7 +137,7 @@ def test_the_parallel_block_has_one_norm_and_one_residual_add() -> None:
 
 
 def test_activation_and_attention_bytes_follow_the_block() -> None:
-    forward, _, _ = plan_block(StepSpec(GATED_GQA, "collective", 4), (2, 2))
+    forward, _, _ = plan_block(StepSpec(GATED_GQA, get_algorithm("collective"), 4), (2, 2))
     ops = {op.name: op for op in forward if isinstance(op, LocalOp)}
     tokens = 4 * 32 / 2  # per chip: 4 sequences of 32 over R = 2
     wide = tokens * 192 / 2
@@ -169,7 +169,7 @@ def test_every_block_kind_steps_under_every_algorithm(profile_mesh, name: str, a
     hardware, mapping = profile_mesh("tpuv4", *mesh)
     slices = (1, 1, 1, 1) if algorithms()[algorithm].uses_slices else None
     # symmetric wherever it is exact: every algorithm but Cannon and SUMMA, which schedule chips by position
-    spec = StepSpec(model, algorithm, 4, slices, fidelity=Fidelity.AUTO)
+    spec = StepSpec(model, get_algorithm(algorithm), 4, slices, fidelity=Fidelity.AUTO)
     result = simulate_step(spec, network_for(hardware, mapping))
     assert result.fidelity == ("full" if algorithm in ("cannon", "summa") else "symmetric") and result.feasible
     flops = result.mfu * mesh[0] * mesh[1] * hardware.chip.peak_flops * result.step_time_s

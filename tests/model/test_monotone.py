@@ -22,6 +22,7 @@ from tpusim.collectives.network import place_mesh
 from tpusim.collectives.physical.network import PhysicalNetwork
 from tpusim.config import HardwareProfile, PhysicalProfile, TransformerModel
 from tpusim.engine.links import LinkArray
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware, scaled_profile
 from tpusim.hardware.profiles import with_collective_switches
 from tpusim.model.plan import StepSpec
@@ -85,7 +86,7 @@ def step_time(config: Config, hardware: HardwareProfile) -> float:
     topology = f"torus:{rows}x{cols}" if isinstance(hardware, PhysicalProfile) else None
     mapping = place_mesh(hardware, rows, cols, topology=topology)
     prefetch = config.prefetch if config.prefetch is not None else hardware.prefetch
-    spec = StepSpec(TINY, config.algorithm, config.batch, prefetch=prefetch)
+    spec = StepSpec(TINY, get_algorithm(config.algorithm), config.batch, prefetch=prefetch)
     return simulate_step(spec, network_for(hardware, mapping)).step_time_s
 
 

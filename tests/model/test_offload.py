@@ -15,6 +15,7 @@ from tpusim.collectives.network import place_mesh
 from tpusim.config import HostSpec, PhysicalProfile, TransformerModel
 from tpusim.engine.host import HostDirection, HostLinks
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.hardware.profiles import scaled_profile
 from tpusim.model.memory import estimate_memory
@@ -32,7 +33,7 @@ INPUT = frozenset({Activation.DECODER_LAYER_INPUT})
 
 
 def _spec(hardware: PhysicalProfile, **fields: object) -> StepSpec:
-    spec = StepSpec(TINY, "collective", BATCH, recompute=Recompute.CUSTOM, prefetch=hardware.prefetch)
+    spec = StepSpec(TINY, get_algorithm("collective"), BATCH, recompute=Recompute.CUSTOM, prefetch=hardware.prefetch)
     return replace(spec, **fields)  # type: ignore[arg-type]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 import tpusim.api as tp
 from tests.panels import BF16, role_sizes, rule, step_panel_bytes
+from tests.tune_specs import tune_for
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError, UserError
 from tpusim.gemm.algorithm import GemmContext
@@ -21,7 +22,7 @@ from tpusim.model.memory import MemoryEstimate, estimate_memory
 from tpusim.model.plan import StepSpec, plan_step
 from tpusim.model.program import PrefetchWindow, held_panels, panel_peak
 from tpusim.model.registry import load_model
-from tpusim.tuning import TuneSpec, tune
+from tpusim.tuning import tune
 from tpusim.tuning.capacity import PanelLimit, mesh_memory, mesh_panels
 from tpusim.vocabulary import Dataflow, Prefetch, Recompute
 
@@ -135,7 +136,7 @@ def test_the_step_memory_grows_by_exactly_its_panels(algorithm: str, mesh: str, 
     topology = "4x4x1" if rows * cols == 16 else "2x2x2"
     result = tp.step(**STEP, topology=topology, algorithm=algorithm, mesh=mesh, prefetch=prefetch,
                      recompute=recompute)
-    spec = StepSpec(TINY, algorithm, 64, tuple(result.slices), prefetch=Prefetch(prefetch),
+    spec = StepSpec(TINY, get_algorithm(algorithm), 64, tuple(result.slices), prefetch=Prefetch(prefetch),
                     recompute=Recompute(recompute), allow_infeasible=True)
     plan = plan_step(spec, (rows, cols))
     panels = step_panel_bytes(plan, algorithm, (rows, cols), Prefetch(prefetch))
@@ -161,7 +162,7 @@ def test_the_gate_is_never_below_a_plan_the_search_may_build(algorithm: str, pre
                       (Dataflow.OS, Dataflow.LS, Dataflow.OS, Dataflow.LS)):
         for transposes in ((False,) * 4, (True, False, True, False)):
             for slices in ((None,) * 4, (1,) * 4, (2,) * 4, (4,) * 4):
-                spec = StepSpec(TINY, algorithm, 64, slices, dataflows, transposes, prefetch,
+                spec = StepSpec(TINY, get_algorithm(algorithm), 64, slices, dataflows, transposes, prefetch,
                                 recompute=Recompute.FULL)
                 try:
                     plan = plan_step(spec, mesh)
@@ -192,7 +193,7 @@ def test_a_limit_drops_the_options_whose_panels_overflow() -> None:
 def test_the_tuned_steps_memory_is_no_more_than_its_gate() -> None:
     """The whole step of the tuner's choice reports the exact panels of its plan, never above the gate's figure."""
     hardware = load_hardware("tpuv4")
-    result = tune(TuneSpec(TINY, hardware, 16, batch=64, recompute=Recompute.FULL))
+    result = tune(tune_for(model=TINY, hardware=hardware, chips=16, batch=64, recompute=Recompute.FULL))
     rows, cols = (int(v) for v in result.best.mesh.split("x")[-2:])
     estimate, _ = _gate(result.best.algorithm, (rows, cols), default_prefetch(hardware))
     assert result.best.memory_feasible

@@ -24,6 +24,7 @@ from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.config import TransformerModel
 from tpusim.engine.overrides import parse_slow_links
 from tpusim.engine.simulation import Simulation
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.data_parallel import DataSyncOp
 from tpusim.model.plan import plan_step
@@ -82,7 +83,8 @@ def _assert_same_step(a: StepResult, b: StepResult, rel: float) -> None:
 def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] | None, stage: int,
                                         optimizer: bool) -> None:
     mapping = _pod(4, topology="4x4x4")
-    spec = StepSpec(TINY, algorithm, BATCH, slices, zero_stage=stage, optimizer=optimizer, microbatches=2)
+    spec = StepSpec(TINY, get_algorithm(algorithm), BATCH, slices, zero_stage=stage, optimizer=optimizer,
+                    microbatches=2)
     auto = simulate_step(spec, network_for(TPUV4, mapping))
     full = simulate_step(replace(spec, fidelity=Fidelity.FULL), network_for(TPUV4, mapping))
     assert (auto.fidelity, full.fidelity) == ("symmetric", "full")
@@ -96,7 +98,7 @@ def test_symmetric_equals_full_on_a_pod(algorithm: str, slices: tuple[int, ...] 
 @pytest.mark.slow
 def test_symmetric_equals_full_for_1d_replicas(algorithm: str, batch: int, stage: int) -> None:
     mapping = _pod(4, 16, 1, topology="4x4x4")
-    spec = StepSpec(TINY16, algorithm, batch, zero_stage=stage, optimizer=True, microbatches=2)
+    spec = StepSpec(TINY16, get_algorithm(algorithm), batch, zero_stage=stage, optimizer=True, microbatches=2)
     auto = simulate_step(spec, network_for(TPUV4, mapping))
     full = simulate_step(replace(spec, fidelity=Fidelity.FULL), network_for(TPUV4, mapping))
     assert (auto.fidelity, auto.layout) == ("symmetric", "4x16x1")
@@ -104,7 +106,7 @@ def test_symmetric_equals_full_for_1d_replicas(algorithm: str, batch: int, stage
 
 
 def test_data_exposure_is_part_of_the_exposed_time_and_zero_without_replicas() -> None:
-    spec = StepSpec(TINY, "collective", BATCH, zero_stage=3)
+    spec = StepSpec(TINY, get_algorithm("collective"), BATCH, zero_stage=3)
     alone = simulate_step(spec, network_for(TPUV4, place_mesh(TPUV4, 4, 4, topology="torus:4x4")))
     assert alone.exposed_data_comm_s == 0.0 and alone.exposed_comm_s > 0
     pod = simulate_step(spec, network_for(TPUV4, _pod(4, topology="4x4x4")))
@@ -139,7 +141,8 @@ def test_simulating_the_touched_replicas_equals_simulating_every_chip(monkeypatc
     slowdown = {mapping.chip(*where): factor for where, factor in slow.items()}
     overrides = parse_slow_links([f"{_link_of_replica(mapping, replica)}:2" for replica in links], mapping)
     touched = {where[2] for where in slow} | set(links)
-    spec = StepSpec(TINY, "collective", 64, zero_stage=stage, optimizer=optimizer, microbatches=microbatches)
+    spec = StepSpec(TINY, get_algorithm("collective"), 64, zero_stage=stage, optimizer=optimizer,
+                    microbatches=microbatches)
     reduced = simulate_step(spec, network_for(TPUV4, mapping, link_overrides=overrides or None),
                             chip_slowdown=slowdown or None)
     kept = len(touched) + 1
@@ -158,7 +161,7 @@ def test_simulating_the_touched_replicas_equals_simulating_every_chip(monkeypatc
 def test_one_replica_stands_for_all_in_a_full_run(monkeypatch: pytest.MonkeyPatch, algorithm: str, stage: int,
                                                   microbatches: int) -> None:
     mapping = _pod(4, topology="4x4x4")
-    spec = StepSpec(TINY, algorithm, BATCH, zero_stage=stage, optimizer=True, microbatches=microbatches,
+    spec = StepSpec(TINY, get_algorithm(algorithm), BATCH, zero_stage=stage, optimizer=True, microbatches=microbatches,
                     fidelity=Fidelity.FULL)
     one = simulate_step(spec, network_for(TPUV4, mapping))
     assert sum(note.startswith("1 of 4 replicas simulated") for note in one.notes) == 1
@@ -177,7 +180,8 @@ def test_a_slow_data_axis_link_simulates_every_replica() -> None:
     assert replica_representatives(mapping, None, links) is None
     one = {min(data_links): links[min(data_links)]}
     assert replica_representatives(mapping, {mapping.chip(0, 0, 1): 1.5}, one) is None
-    result = simulate_step(StepSpec(TINY, "collective", 64), network_for(TPUV4, mapping, link_overrides=one))
+    result = simulate_step(StepSpec(TINY, get_algorithm("collective"), 64), network_for(TPUV4, mapping,
+                                                                                        link_overrides=one))
     assert result.fidelity == "full"
     assert not any("replicas simulated" in note for note in result.notes)
 
@@ -191,7 +195,7 @@ def _data_calls(stage: int, accumulating: bool) -> tuple[list[DataSyncOp], Count
     """The data-parallel ops of a 3-layer step sequence on 4 replicas of 4x4, and the data-axis collectives a full
     simulation of it ran: (ops in order, collectives per data group by operation, bytes each chip passed in)."""
     mapping = _pod(4, topology="4x4x4")
-    spec = StepSpec(TINY, "collective", BATCH // 4, zero_stage=stage, accumulating=accumulating)
+    spec = StepSpec(TINY, get_algorithm("collective"), BATCH // 4, zero_stage=stage, accumulating=accumulating)
     plan = plan_step(spec, mapping.shape, mapping.data, TPUV4.combine_threshold)
     sequence = step_sequence(plan, LAYERS)
     sim = Simulation(network_for(TPUV4, mapping))
@@ -239,7 +243,7 @@ def test_the_data_parallel_collectives_of_each_zero_stage(stage: int, accumulati
 @pytest.mark.slow
 def test_the_tied_embedding_syncs_once_around_the_step() -> None:
     mapping = _pod(4, topology="4x4x4")
-    spec = StepSpec(TINY, "collective", BATCH // 4, zero_stage=1, embedding=True, optimizer=True)
+    spec = StepSpec(TINY, get_algorithm("collective"), BATCH // 4, zero_stage=1, embedding=True, optimizer=True)
     plan = plan_step(spec, mapping.shape, mapping.data, TPUV4.combine_threshold)
     names = [f"{op.name}{getattr(op, 'target', '')}" for op, _ in step_sequence(plan, 2)]
     # gathered before the lookup; block 0's bucket leaves with QKV's gradients, before ln1's backward; the

@@ -7,6 +7,7 @@ import pytest
 
 from tpusim.config.requests import StepRequest, TuneRequest, parse_request
 from tpusim.errors import UserError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.model.layer import (
     GemmOp,
     LocalOp,
@@ -71,12 +72,12 @@ def test_recomputed_flops_of_each_policy() -> None:
     everything = {A.QKV_PROJ, A.CONTEXT, A.OUT_PROJ, A.MLPWI}
     assert flops(Recompute.CUSTOM, Attention.UNFUSED, everything) == attention  # the probabilities are never saved
     assert flops(Recompute.CUSTOM, Attention.FUSED, everything) == 0.5 * attention  # flash's own QK^T only
-    spec = StepSpec(GPT3, "meshslice", BATCH, recompute=Recompute.MINIMAL)
+    spec = StepSpec(GPT3, get_algorithm("meshslice"), BATCH, recompute=Recompute.MINIMAL)
     assert step_hardware_flops(spec) - step_model_flops(spec) == pytest.approx(96 * attention, rel=1e-12)
 
 
 def test_minimal_backward_reruns_the_forward_ops_it_needs() -> None:
-    spec = StepSpec(GPT3, "meshslice", BATCH, recompute=Recompute.MINIMAL)
+    spec = StepSpec(GPT3, get_algorithm("meshslice"), BATCH, recompute=Recompute.MINIMAL)
     forward, backward, _ = plan_block(spec, MESH)
     rerun = [op for op in backward if op.name.startswith("recompute.")]
     assert [op.name for op in rerun] == ["recompute.ln1.norm", "recompute.ln1.psum", "recompute.attention",
@@ -91,7 +92,7 @@ def test_minimal_backward_reruns_the_forward_ops_it_needs() -> None:
         else:
             assert isinstance(op, NormStatsOp) and isinstance(first, NormStatsOp)
             assert (op.elements, op.axis) == (first.elements, first.axis)
-    custom = StepSpec(GPT3, "meshslice", BATCH, recompute=Recompute.CUSTOM)
+    custom = StepSpec(GPT3, get_algorithm("meshslice"), BATCH, recompute=Recompute.CUSTOM)
     gemms = [op.name for op in plan_block(custom, MESH)[1] if isinstance(op, GemmOp) and "recompute" in op.name]
     assert gemms == ["recompute.qkv.fwd", "recompute.out_proj.fwd", "recompute.ff1.fwd"]
 
@@ -127,7 +128,7 @@ def test_bad_activation_names_are_one_line(fields: dict[str, str], message: str)
 
 def test_fused_causal_computes_half_of_fused() -> None:
     def ops(kind: Attention) -> dict[str, LocalOp]:
-        forward, backward, _ = plan_block(StepSpec(GPT3, "meshslice", BATCH, attention=kind), MESH)
+        forward, backward, _ = plan_block(StepSpec(GPT3, get_algorithm("meshslice"), BATCH, attention=kind), MESH)
         return {op.name: op for op in forward + backward if isinstance(op, LocalOp) and "attention" in op.name}
 
     fused, causal = ops(Attention.FUSED), ops(Attention.FUSED_CAUSAL)

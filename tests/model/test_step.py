@@ -13,6 +13,7 @@ from tpusim.collectives.simulate import CollectiveSpec, simulate_collective
 from tpusim.config import PhysicalProfile, TransformerModel
 from tpusim.engine.overrides import parse_slow_links
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.layer import model_flops_per_block
 from tpusim.model.registry import load_model
@@ -37,7 +38,7 @@ def test_extrapolation_equals_simulating_every_layer(profile_mesh, hw: str, rows
                                                      slices: tuple[int, ...] | None) -> None:
     hardware, mapping = profile_mesh(hw, rows, cols)
     prefetch = hardware.prefetch
-    spec = StepSpec(TINY, algorithm, rows * 2, slices, prefetch=prefetch, fidelity=Fidelity.FULL)
+    spec = StepSpec(TINY, get_algorithm(algorithm), rows * 2, slices, prefetch=prefetch, fidelity=Fidelity.FULL)
     window = simulate_step(spec, network_for(hardware, mapping))
     every = simulate_step(replace(spec, extrapolate=False), network_for(hardware, mapping))
     assert window.simulated_layers == [2, 3] and every.simulated_layers == [6]
@@ -50,7 +51,7 @@ def test_extrapolation_equals_simulating_every_layer(profile_mesh, hw: str, rows
 def test_symmetric_equals_full_for_a_whole_step(profile_mesh, hw: str, rows: int, cols: int, algorithm: str,
                                                 slices: tuple[int, ...] | None) -> None:
     hardware, mapping = profile_mesh(hw, rows, cols)
-    spec = StepSpec(TINY, algorithm, rows * 2, slices, fidelity=Fidelity.FULL)
+    spec = StepSpec(TINY, get_algorithm(algorithm), rows * 2, slices, fidelity=Fidelity.FULL)
     full = simulate_step(spec, network_for(hardware, mapping))
     symmetric = simulate_step(replace(spec, fidelity=Fidelity.SYMMETRIC), network_for(hardware, mapping))
     assert (full.fidelity, symmetric.fidelity) == ("full", "symmetric")
@@ -64,14 +65,14 @@ def test_symmetric_equals_full_for_a_whole_step(profile_mesh, hw: str, rows: int
 def test_auto_falls_back_to_full_on_a_line() -> None:
     hardware = load_hardware("tpuv4")
     mapping = place_mesh(hardware, 4, 4, topology="mesh:4x4")
-    result = simulate_step(StepSpec(TINY, "collective", 8), network_for(hardware, mapping))
+    result = simulate_step(StepSpec(TINY, get_algorithm("collective"), 8), network_for(hardware, mapping))
     assert result.fidelity == "full"
     assert any("line" in note for note in result.notes)
 
 
 def test_mfu_counts_model_flops_without_padding(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
-    result = simulate_step(StepSpec(TINY, "collective", 8), network_for(hardware, mapping))
+    result = simulate_step(StepSpec(TINY, get_algorithm("collective"), 8), network_for(hardware, mapping))
     flops = model_flops_per_block(TINY, 8 * 64, 8) * TINY.layers
     assert result.mfu == pytest.approx(flops / (16 * hardware.chip.peak_flops * result.step_time_s), rel=1e-12)
     # FF part of the model FLOPs is 72 T h^2 per block (docs/workloads.md#the-transformer-block)
@@ -81,7 +82,8 @@ def test_mfu_counts_model_flops_without_padding(profile_mesh) -> None:
 def test_gpt3_at_32_chips_does_not_fit_and_full_recompute_at_2048_does() -> None:
     gpt3 = load_model("gpt3-175b")
     hardware = load_hardware("meshslice-sim")
-    small = simulate_step(StepSpec(gpt3, "collective", 32), network_for(hardware, place_mesh(hardware, 8, 4)))
+    small = simulate_step(StepSpec(gpt3, get_algorithm("collective"), 32), network_for(hardware, place_mesh(hardware,
+                                                                                                            8, 4)))
     assert small.memory_feasible is False
     params = 12 * 12288**2 * 96 * 16 / 32
     activations = 2048 * 32 * 12288 * (34 + 5 * 96 * 2048 / 12288) * 96 / 32
@@ -91,14 +93,14 @@ def test_gpt3_at_32_chips_does_not_fit_and_full_recompute_at_2048_does() -> None
     held += plan_panel_bytes(gpt3, "collective", 32, (8, 4), Prefetch.IDEAL, Recompute.NONE)
     assert small.memory_bytes_per_chip == pytest.approx(params + activations + held, rel=1e-12)
     assert small.memory_shortfall_bytes == pytest.approx(params + activations + held - 30.75 * 2**30, rel=1e-12)
-    big = simulate_step(StepSpec(gpt3, "collective", 256, recompute=Recompute.FULL),
+    big = simulate_step(StepSpec(gpt3, get_algorithm("collective"), 256, recompute=Recompute.FULL),
                         network_for(hardware, place_mesh(hardware, 256, 8)))
     assert big.memory_feasible is True
 
 
 def test_heads_must_split_over_the_feature_axis(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 2, 16)  # 16 does not divide 8 heads
-    spec = StepSpec(TINY, "collective", 4)
+    spec = StepSpec(TINY, get_algorithm("collective"), 4)
     with pytest.raises(InfeasibleError, match="16 does not divide the 8 heads"):
         simulate_step(spec, network_for(hardware, mapping))
     result = simulate_step(replace(spec, allow_infeasible=True), network_for(hardware, mapping))
@@ -118,9 +120,10 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
     rate = ici.achievable_bandwidth  # 45e9 at tpuv4's link efficiency (docs/chip.md#achievable-rates)
     assert base.time_s == pytest.approx(ici.launch_overhead.shift + ici.step_overhead + 1e-6 + 45e6 / rate, rel=1e-12)
     assert slowed.time_s - base.time_s == pytest.approx(45e6 / rate, rel=1e-9)  # one link at half speed
-    step = simulate_step(StepSpec(TINY, "collective", 32), network_for(hardware, mapping, link_overrides=slow))
+    step = simulate_step(StepSpec(TINY, get_algorithm("collective"), 32), network_for(hardware, mapping,
+                                                                                      link_overrides=slow))
     assert step.fidelity == "full"
-    clean = simulate_step(StepSpec(TINY, "collective", 32), network_for(hardware, mapping))
+    clean = simulate_step(StepSpec(TINY, get_algorithm("collective"), 32), network_for(hardware, mapping))
     assert clean.fidelity == "symmetric" and step.step_time_s > clean.step_time_s
 
 
@@ -130,7 +133,7 @@ def test_a_slow_link_slows_a_shift_by_its_closed_form_and_forces_full_fidelity()
 def test_cannon_representative_block_equals_full_for_a_whole_step(profile_mesh, mesh: tuple[int, int], hw: str) -> None:
     hardware, mapping = profile_mesh(hw, *mesh)
     model = replace(TINY, heads=mesh[1], head_dim=512 // mesh[1]) if TINY.heads % mesh[1] else TINY
-    spec = StepSpec(model, "cannon", mesh[0] * 2, fidelity=Fidelity.FULL)
+    spec = StepSpec(model, get_algorithm("cannon"), mesh[0] * 2, fidelity=Fidelity.FULL)
     full = simulate_step(spec, network_for(hardware, mapping))
     reduced = simulate_step(replace(spec, fidelity=Fidelity.AUTO), network_for(hardware, mapping))
     assert reduced.fidelity == "symmetric"
@@ -142,7 +145,7 @@ def test_cannon_representative_block_equals_full_for_a_whole_step(profile_mesh, 
 @pytest.mark.slow
 def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
-    base = StepSpec(TINY, "collective", 8, fidelity=Fidelity.FULL)
+    base = StepSpec(TINY, get_algorithm("collective"), 8, fidelity=Fidelity.FULL)
     plain = simulate_step(base, network_for(hardware, mapping))
     assert plain.switches["embedding_lm_head"] is False and plain.switches["optimizer_update"] is False
     both = replace(base, embedding=True, optimizer=True)
@@ -160,12 +163,12 @@ def test_embedding_and_optimizer_switches_are_recorded_and_extrapolate_exactly(p
 @pytest.mark.slow
 def test_previous_op_prefetch_hides_weight_gathers_behind_the_op_before(profile_mesh) -> None:
     hardware, mapping = profile_mesh("meshslice-sim", 4, 4)
-    times = {p: simulate_step(StepSpec(TINY, "collective", 8, prefetch=p, fidelity=Fidelity.FULL),
+    times = {p: simulate_step(StepSpec(TINY, get_algorithm("collective"), 8, prefetch=p, fidelity=Fidelity.FULL),
                               network_for(hardware, mapping)).step_time_s for p in Prefetch}
     # the weight gathers start with the op before, so they finish earlier than under none (ideal, the authors'
     # accounting, serialises the activation gather before the weight gather and can be slower than both)
     assert times[Prefetch.PREVIOUS_OP] < times[Prefetch.NONE]
-    symmetric = simulate_step(StepSpec(TINY, "collective", 8, prefetch=Prefetch.PREVIOUS_OP),
+    symmetric = simulate_step(StepSpec(TINY, get_algorithm("collective"), 8, prefetch=Prefetch.PREVIOUS_OP),
                               network_for(hardware, mapping))
     assert symmetric.fidelity == "symmetric"
     assert symmetric.step_time_s == pytest.approx(times[Prefetch.PREVIOUS_OP], rel=1e-9)

@@ -19,6 +19,7 @@ from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
+from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.hardware import load_hardware
 from tpusim.model.step import StepSpec, simulate_step
@@ -39,7 +40,7 @@ def network():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("straggler", [0, 5])
 def test_a_steps_breakdown_is_the_stragglers(network, algorithm: str, straggler: int) -> None:  # type: ignore[no-untyped-def]
-    spec = StepSpec(TINY, algorithm, 16, fidelity=Fidelity.FULL)
+    spec = StepSpec(TINY, get_algorithm(algorithm), 16, fidelity=Fidelity.FULL)
     plain = simulate_step(spec, network)
     slowed = simulate_step(spec, network, chip_slowdown={straggler: FACTOR})
     # its every op runs 1.5x longer, and HBM contention only adds
@@ -54,7 +55,8 @@ def test_a_steps_breakdown_is_the_stragglers(network, algorithm: str, straggler:
 @pytest.mark.parametrize("algorithm", ("collective", "summa"))
 def test_a_gemms_breakdown_is_the_stragglers(network, algorithm: str) -> None:  # type: ignore[no-untyped-def]
     problem = GemmProblem(2048, 2048, 2048, Dataflow.OS)
-    plain = simulate_gemm(problem, algorithm, GemmParams(), network, fidelity=Fidelity.FULL)
-    slowed = simulate_gemm(problem, algorithm, GemmParams(), network, fidelity=Fidelity.FULL, chip_slowdown={5: FACTOR})
+    plain = simulate_gemm(problem, get_algorithm(algorithm), GemmParams(), network, fidelity=Fidelity.FULL)
+    slowed = simulate_gemm(problem, get_algorithm(algorithm), GemmParams(), network, fidelity=Fidelity.FULL,
+                           chip_slowdown={5: FACTOR})
     assert plain.compute_s is not None and slowed.compute_s is not None and plain.hbm_stall_s is not None
     assert slowed.compute_s >= FACTOR * (plain.compute_s - plain.hbm_stall_s) * (1 - 1e-12)

@@ -7,19 +7,22 @@ import json
 
 import pytest
 
+from tests.tune_specs import tune_for
 from tpusim import api
 from tpusim.cli.main import main
 from tpusim.errors import UserError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
-from tpusim.tuning import CostCache, TuneSpec, tune
+from tpusim.tuning import CostCache, tune
 
 ARGV = ["tune", "--model", "gpt3-175b", "--hardware", "meshslice-sim", "--chips", "16", "--ignore-memory"]
 
 
 @pytest.mark.slow
 def test_two_worker_processes_give_the_result_of_one() -> None:
-    spec = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 16, ignore_memory=True)
+    spec = tune_for(model=load_model("gpt3-175b"), hardware=load_hardware("meshslice-sim"), chips=16,
+                    ignore_memory=True)
     alone, shared = CostCache(), CostCache()
     one = tune(spec, cache=alone, jobs=1)
     two = tune(spec, cache=shared, jobs=2)
@@ -69,7 +72,7 @@ def test_closing_the_pool_does_not_wait_for_a_step_the_search_gave_up() -> None:
 
     hardware = load_hardware("tpuv4")
     # about a minute of full-fidelity simulation: far longer than submitting it and closing the pool
-    spec = StepSpec(load_model("llama2-7b"), "wang", 16, fidelity=Fidelity.FULL, extrapolate=False)
+    spec = StepSpec(load_model("llama2-7b"), get_algorithm("wang"), 16, fidelity=Fidelity.FULL, extrapolate=False)
     pool = SimulationPool(2, None)
     future = pool.step(spec, hardware, place_mesh(hardware, 4, 4), [])
     pool.close()

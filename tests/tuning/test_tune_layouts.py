@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.tune_specs import tune_for
 from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.step import StepSpec, simulate_step
 from tpusim.tuning import CostCache, TuneResult, TuneSpec, tune
@@ -23,7 +25,7 @@ TPUV4 = load_hardware("tpuv4")
 def _request(**fields: object) -> TuneSpec:
     base: dict[str, object] = {"model": SMALL, "hardware": TPUV4, "chips": 16, "topology": "torus:4x4",
                                "ignore_memory": True, "dataflows": (Dataflow.OS, Dataflow.LS)}
-    return TuneSpec(**{**base, **fields})  # type: ignore[arg-type]
+    return tune_for(**{**base, **fields})
 
 
 def _labels(result: TuneResult) -> set[str]:
@@ -68,7 +70,7 @@ def test_the_choice_is_the_step_it_names(searches: tuple[TuneResult, TuneResult]
     data, rows, cols = sides if len(sides) == 3 else [1, *sides]
     assert best.data_parallel == data
     mapping = place_mesh(TPUV4, rows, cols, topology="torus:4x4", data=data)
-    spec = StepSpec(SMALL, "meshslice", exhaustive.batch, tuple(best.slices),
+    spec = StepSpec(SMALL, get_algorithm("meshslice"), exhaustive.batch, tuple(best.slices),
                     tuple(Dataflow(d) for d in best.dataflows), tuple(best.transposes),
                     recompute=exhaustive.recompute, zero_stage=exhaustive.zero_stage,
                     prefetch=TPUV4.prefetch)  # the profile's policy, which MeshSlice's first slice follows too
@@ -90,7 +92,7 @@ def test_dp_fixes_the_data_parallel_degree(dp: int, expected: set[str]) -> None:
 
 @pytest.mark.slow
 def test_a_calibrated_profile_takes_no_data_axis_unless_asked() -> None:
-    result = tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True))
+    result = tune(tune_for(model=SMALL, hardware=load_hardware("meshslice-sim"), chips=16, ignore_memory=True))
     assert all(report.mesh.count("x") == 1 for report in result.meshes)
 
 
@@ -110,7 +112,7 @@ def test_a_data_axis_asked_of_a_calibrated_profile_is_refused() -> None:
     from tpusim.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError, match="data parallelism does not apply to calibrated profile 'meshslice-sim'"):
-        tune(TuneSpec(SMALL, load_hardware("meshslice-sim"), 16, ignore_memory=True, dp=4))
+        tune(tune_for(model=SMALL, hardware=load_hardware("meshslice-sim"), chips=16, ignore_memory=True, dp=4))
 
 
 @pytest.mark.slow

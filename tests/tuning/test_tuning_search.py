@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.tune_specs import tune_for
 from tpusim.collectives.factory import network_for
 from tpusim.collectives.network import place_mesh
 from tpusim.config import TransformerModel
 from tpusim.errors import InfeasibleError
+from tpusim.gemm.registry import get_algorithm
 from tpusim.hardware import load_hardware
 from tpusim.model.registry import load_model
 from tpusim.model.step import StepSpec, simulate_step
@@ -24,7 +26,7 @@ WIDE = TransformerModel(name="wide", description="test model", layers=4, hidden=
 def pair(request: TuneSpec) -> tuple[TuneResult, TuneResult]:
     """The pruned and the exhaustive answer, sharing one cost cache."""
     cache = CostCache()
-    return tune(request, cache), tune(TuneSpec(**{**request.__dict__, "exhaustive": True}), cache)
+    return tune(request, cache), tune(request.model_copy(update={"exhaustive": True}), cache)
 
 
 @pytest.mark.parametrize(("model", "hardware", "chips"), [
@@ -34,7 +36,8 @@ def pair(request: TuneSpec) -> tuple[TuneResult, TuneResult]:
 @pytest.mark.slow
 def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: str, chips: int) -> None:
     # RS never pays for these models (docs/workloads.md#the-autotuner); leaving it out keeps the exhaustive run short
-    request = TuneSpec(load_model(model), load_hardware(hardware), chips, ignore_memory=True, dataflows=(OS, LS))
+    request = tune_for(model=load_model(model), hardware=load_hardware(hardware), chips=chips, ignore_memory=True,
+                       dataflows=(OS, LS))
     default, exhaustive = pair(request)
     assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01
     assert exhaustive.simulated == exhaustive.evaluated
@@ -44,7 +47,7 @@ def test_default_lands_within_one_percent_of_exhaustive(model: str, hardware: st
 
 @pytest.mark.slow
 def test_rs_layers_pair_up_with_a_transposed_partner() -> None:
-    request = TuneSpec(WIDE, load_hardware("meshslice-tpu-fit"), 16, ignore_memory=True)
+    request = tune_for(model=WIDE, hardware=load_hardware("meshslice-tpu-fit"), chips=16, ignore_memory=True)
     default, exhaustive = pair(request)
     assert default.best.step_time_s <= exhaustive.best.step_time_s * 1.01
     for choice in (default.best, exhaustive.best):
@@ -67,10 +70,10 @@ def test_rs_layers_pair_up_with_a_transposed_partner() -> None:
 @pytest.mark.slow
 def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...]) -> None:
     hardware, loaded = load_hardware("meshslice-tpu-fit"), load_model(model)
-    authors = StepSpec(loaded, "meshslice", 256, slices=slices, dataflows=(OS, LS, OS, LS),
+    authors = StepSpec(loaded, get_algorithm("meshslice"), 256, slices=slices, dataflows=(OS, LS, OS, LS),
                        transposes=(False,) * 4, prefetch=Prefetch.IDEAL, fidelity=Fidelity.AUTO)
     theirs = simulate_step(authors, network_for(hardware, place_mesh(hardware, 32, 8)))
-    ours = tune(TuneSpec(loaded, hardware, 256, ignore_memory=True))
+    ours = tune(tune_for(model=loaded, hardware=hardware, chips=256, ignore_memory=True))
     assert ours.best.step_time_s <= theirs.step_time_s
     assert ours.runner_up is not None and ours.runner_up.mesh != ours.best.mesh
     assert ours.best.step_time_s <= ours.runner_up.step_time_s
@@ -79,7 +82,8 @@ def test_never_slower_than_the_authors_pick(model: str, slices: tuple[int, ...])
 @pytest.mark.slow
 def test_the_search_estimate_is_the_simulated_step() -> None:
     # on a calibrated profile ops run back to back and twins equal the DES: the sum is the step
-    result = tune(TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-tpu-fit"), 96, ignore_memory=True))
+    result = tune(tune_for(model=load_model("gpt3-175b"), hardware=load_hardware("meshslice-tpu-fit"), chips=96,
+                           ignore_memory=True))
     for choice in (result.best, result.runner_up):
         assert choice is not None
         assert choice.estimate_step_s == pytest.approx(choice.step_time_s, rel=1e-9)
@@ -93,13 +97,13 @@ def test_the_search_estimate_is_the_simulated_step() -> None:
 def test_non_ff_twin_equals_its_simulation(hardware: str, mesh: tuple[int, int]) -> None:
     profile = load_hardware(hardware)
     mapping = place_mesh(profile, *mesh)
-    spec = StepSpec(load_model("gpt3-175b"), "meshslice", 32)
+    spec = StepSpec(load_model("gpt3-175b"), get_algorithm("meshslice"), 32)
     network = network_for(profile, mapping)
     assert non_ff_twin(spec, network) == pytest.approx(non_ff_time(spec, network, Fidelity.AUTO), rel=1e-9)
 
 
 def test_nothing_fits_names_the_shortfall() -> None:
-    request = TuneSpec(load_model("gpt3-175b"), load_hardware("meshslice-sim"), 32)
+    request = tune_for(model=load_model("gpt3-175b"), hardware=load_hardware("meshslice-sim"), chips=32)
     with pytest.raises(InfeasibleError) as caught:
         tune(request)
     assert caught.value.message == (
@@ -111,6 +115,6 @@ def test_nothing_fits_names_the_shortfall() -> None:
 
 @pytest.mark.slow
 def test_memory_that_fits_is_kept() -> None:
-    result = tune(TuneSpec(WIDE, load_hardware("meshslice-sim"), 16, dataflows=(OS, LS)))
+    result = tune(tune_for(model=WIDE, hardware=load_hardware("meshslice-sim"), chips=16, dataflows=(OS, LS)))
     assert result.best.memory_feasible
     assert not any("memory ignored" in note for note in result.notes)

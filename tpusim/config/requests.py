@@ -13,6 +13,7 @@ request runs. ``parse_request`` turns the first problem into one line naming the
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable
@@ -491,14 +492,19 @@ class Request(FrozenModel):
                                                "default: the profile's")
 
 
-class _OnMesh(Request):
+class _Placed(Request):
+    """A request that runs on a physical network of the hardware's generation."""
+
+    topology: Topology | None = Field(None, description="physical network: a slice of the hardware's generation "
+                                 "(AxBxC on tpuv4), torus:AxB[xC] or mesh:AxB[xC] (default: the generation's "
+                                 "slice for the chip count)")
+
+
+class _OnMesh(_Placed):
     """A request placed on one logical mesh of the network, with optional what-if slowdowns."""
 
     mesh: Mesh = Field(description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d, fsdp)")
     chips: Chips | None = Field(None, description="chip count; optional, must equal R x C when given")
-    topology: Topology | None = Field(None, description="physical network: a slice of the hardware's generation "
-                                 "(AxBxC on tpuv4), torus:AxB[xC] or mesh:AxB[xC] (default: the generation's "
-                                 "slice for the chip count)")
     axis_map: str | None = Field(None, description="logical axes onto physical ones, e.g. 'x*y,z'")
     slow_chips: list[str] = Field(default_factory=list, description="chips that compute FACTOR times slower, "
                                   "e.g. '3,5:1.5' (repeatable)")
@@ -532,6 +538,22 @@ class _OnMesh(Request):
         return int(sides[0]) if len(sides) == 3 else 1
 
 
+def _arrange(kind: type[Request], order: str, **specialised: tuple[Any, str]) -> None:
+    """Put the fields of ``kind`` in ``order`` (names, space-separated: the order its flags, keywords, schema and
+    results columns show them, whichever base declares each) and give inherited fields its own (default, help
+    text) where a default means something else here; their type and checks stay declared once, in the base."""
+    names = order.split()
+    if sorted(names) != sorted(kind.model_fields):
+        raise AssertionError(f"{kind.__name__}: the order names {sorted(set(names) ^ set(kind.model_fields))} "
+                             "wrongly")  # a field added without a place, or a name mistyped
+    fields = {name: copy.copy(kind.model_fields[name]) for name in names}
+    for name, (default, description) in specialised.items():
+        fields[name].default, fields[name].description = default, description
+    kind.model_fields.clear()
+    kind.model_fields.update(fields)
+    kind.model_rebuild(force=True)
+
+
 class CollectiveRequest(_OnMesh):
     """One collective on every group of a logical axis (``tpusim collective``)."""
 
@@ -547,12 +569,23 @@ class CollectiveRequest(_OnMesh):
     offset: Integer = Field(1, description="shift distance; send-recv destination rank")
 
 
-class _Algorithm(_OnMesh):
-    """What a distributed GeMM algorithm is run with."""
+_arrange(CollectiveRequest, "kind hardware scale multi_axis overlap_limit mesh chips topology axis_map slow_chips "
+         "slow_links op axis bytes chunks ring root offset")
+
+
+class _Timed(Request):
+    """How every GeMM of a request runs: its algorithm, when its data-independent gathers may start, its
+    precision."""
 
     algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'")
-    variant: str | None = Field(None, description="algorithm variant (cannon: textbook, bidirectional-halves)")
     prefetch: PrefetchField = None
+    precision: PrecisionField = Precision.BF16
+
+
+class _Algorithm(_OnMesh, _Timed):
+    """What a distributed GeMM algorithm is run with on one mesh."""
+
+    variant: str | None = Field(None, description="algorithm variant (cannon: textbook, bidirectional-halves)")
 
 
 class GemmRequest(_Algorithm):
@@ -568,7 +601,6 @@ class GemmRequest(_Algorithm):
     block: Count = Field(8, description="MeshSlice strided-slice run length")
     transpose: Flag = Field(False, description="swap the roles of the two mesh axes")
     dtype: Dtype = Field("bf16", description="element type being timed")
-    precision: PrecisionField = Precision.BF16
     compat_mean_overlap: Flag = Field(False, description="twin only: the MeshSlice authors' simulation-branch "
                                       "(a+b)/2 rule (labelled in results)")
     fidelity: FidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full, "
@@ -587,15 +619,48 @@ class GemmRequest(_Algorithm):
         return self
 
 
-class StepRequest(_Algorithm):
+_arrange(GemmRequest, "kind hardware scale multi_axis overlap_limit mesh chips topology axis_map slow_chips slow_links "
+         "algorithm variant prefetch dataflow m n k slices block transpose dtype precision compat_mean_overlap "
+         "fidelity verify seed")
+
+
+class _Training(_Placed, _Timed):
+    """What a training step's requests share (``step`` times one configuration, ``tune`` searches them): the
+    model, its batch, how its memory is planned and how its steps are timed. Each field is declared once here."""
+
+    model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
+    batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
+    fidelity: StepFidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full "
+                                       "or symmetric")
+    recompute: RecomputeField = Recompute.AUTO
+    remat_save: RematSaveField = ()
+    remat_offload: RematOffloadField = ()
+    prefetch_window: PrefetchWindowField = 1
+    prefetch_budget: PrefetchBudgetField = None
+    attention: AttentionField = Attention.UNFUSED
+    bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
+                                      "state")
+    ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
+                                "means none)")
+    allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, the "
+                                   "nearest feasible slice count below) and mark it")
+    dp: Count | None = Field(None, description="data-parallel replicas D of the R x C mesh (the same as a mesh "
+                             "DxRxC); chips = D x R x C")
+
+    @model_validator(mode="after")
+    def _remat_names(self) -> Self:
+        """Activation names only with recompute custom, each in one list (``vocabulary.check_remat``)."""
+        try:
+            check_remat(self.recompute, self.remat_save, self.remat_offload)
+        except UserError as error:
+            raise problem(error.message, style=Problem.PLAIN) from None
+        return self
+
+
+class StepRequest(_Algorithm, _Training):
     """One training step of a model (``tpusim step``)."""
 
     kind: Literal["step"] = "step"
-    model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
-    # not required here: a named layout may give the mesh instead; _layout_into_mesh guarantees one of them, so
-    # after validation the mesh is always text
-    mesh: Mesh = Field(None, description="logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d), "
-                       "or DxRxC for D data-parallel replicas; give this or layout")  # type: ignore[assignment]
     layout: str | None = Field(None, description="named layout instead of mesh: name=value,... with data, fsdp "
                                "(ZeRO 3 replicas), tensor (T or RxC) on a slice's ICI and dcn_data or dcn_fsdp "
                                "(slices over DCN), e.g. 'fsdp=16,tensor=8' or 'dcn_data=2,fsdp=4,tensor=4x4'")
@@ -609,28 +674,10 @@ class StepRequest(_Algorithm):
                           "os,ls,os,ls (default: the heuristic)")
     transposes: Annotated[Flag | list[Flag] | None, BeforeValidator(_per_layer(_flag)), Metavar.per_layer("T")] = Field(
         None, description="transposition T, 0 or 1: one for all four FF layers, or one per layer, e.g. 0,0,1,0")
-    batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
-    fidelity: StepFidelityName = Field(Fidelity.AUTO, description="auto (symmetric where exact, else full), full "
-                                       "or symmetric")
-    recompute: RecomputeField = Recompute.AUTO
-    remat_save: RematSaveField = ()
-    remat_offload: RematOffloadField = ()
     microbatches: Count = Field(1, description="run the batch as this many micro-batches, gradients accumulated")
-    prefetch_window: PrefetchWindowField = 1
-    prefetch_budget: PrefetchBudgetField = None
-    attention: AttentionField = Attention.UNFUSED
-    precision: PrecisionField = Precision.BF16
-    bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
-                                      "state")
-    ignore_memory: Flag = Field(False, description="time a configuration that overflows HBM (recompute auto then "
-                                "means none)")
-    allow_infeasible: Flag = Field(False, description="time an infeasible point anyway (heads padded, the "
-                                   "nearest feasible slice count below) and mark it")
     all_layers: Flag = Field(False, description="simulate every layer instead of extrapolating")
     embedding: Flag = Field(False, description="include the embedding and LM head")
     optimizer: Flag = Field(False, description="include the Adam update")
-    dp: Count | None = Field(None, description="data-parallel replicas D of the R x C mesh (the same as a mesh "
-                             "DxRxC); chips = D x R x C")
     zero_stage: ZeroStage = Field(1, description="how D replicas shard model state: 0 replicated (gradients "
                                   "all-reduced), 1 optimizer state, 2 and gradients, 3 and weights (gathered before "
                                   "use)")
@@ -712,58 +759,34 @@ class StepRequest(_Algorithm):
                           "one of them", style=Problem.PLAIN)
         return {**values, "dp": dp, "mesh": mesh if len(sides) == 3 else f"{dp}x{mesh}"}
 
-    @model_validator(mode="after")
-    def _remat_names(self) -> Self:
-        _check_remat_names(self)
-        return self
+
+# not required in a step: a named layout may give the mesh instead; _layout_into_mesh guarantees one of them, so
+# after validation the mesh is always text
+_arrange(StepRequest, "kind hardware scale multi_axis overlap_limit mesh chips topology axis_map slow_chips slow_links "
+         "algorithm variant prefetch model layout slices dataflows transposes batch fidelity recompute remat_save "
+         "remat_offload microbatches prefetch_window prefetch_budget attention precision bytes_per_param "
+         "ignore_memory allow_infeasible all_layers embedding optimizer dp zero_stage data_axes",
+         mesh=(None, "logical mesh RxC: R chips along axis 0, C along axis 1 (Px1 for tp1d), or DxRxC for D "
+                     "data-parallel replicas; give this or layout"))
 
 
-class TuneRequest(Request):
+class TuneRequest(_Training):
     """A search for the fastest configuration of a training step (``tpusim tune``)."""
 
     kind: Literal["tune"] = "tune"
-    model: ModelRef = Field(description="model name (see 'tpusim list models') or YAML path")
     chips: Chips = Field(description="chip count P; every mesh R x C = P is considered")
-    algorithm: str = Field("meshslice", description="see 'tpusim list algorithms'; 'all' tunes every one and keeps "
-                           "the fastest")
-    batch: Batch | None = Field(None, description="global batch in sequences (default: the chip count)")
-    topology: Topology | None = Field(None, description="physical network (default: the TPUv4 slice for the chip "
-                                      "count)")
-    prefetch: PrefetchField = None
-    prefetch_window: PrefetchWindowField = 1
-    prefetch_budget: PrefetchBudgetField = None
-    recompute: RecomputeField = Recompute.AUTO
-    remat_save: RematSaveField = ()
-    remat_offload: RematOffloadField = ()
     microbatches: Count | None = Field(None, description="micro-batches per step (default: 1, or the fewest that "
                                        "fit under full recomputation when nothing fits the whole batch)")
-    attention: AttentionField = Attention.UNFUSED
-    precision: PrecisionField = Precision.BF16
-    fidelity: StepFidelityName = Field(Fidelity.AUTO, description="of every simulation: auto (symmetric where "
-                                       "exact, else full), symmetric or full")
     dataflows: Annotated[tuple[DataflowName, ...], BeforeValidator(_choices(Dataflow)), Metavar.several("DF")] = Field(
         tuple(Dataflow), description="the dataflows each FF layer may use, comma-separated")
     exhaustive: Flag = Field(False, description="simulate every feasible candidate instead of pruning with the "
                              "closed forms")
     refine_meshes: Count = Field(3, description="meshes whose candidates are simulated after analytic ranking")
-    ignore_memory: Flag = Field(False, description="consider configurations that overflow HBM (recompute auto then "
-                                "means none)")
-    allow_infeasible: Flag = Field(False, description="also consider meshes that break the head or batch rules "
-                                   "(heads padded)")
-    bytes_per_param: Positive = Field(16.0, description="bytes per parameter of weights, gradients and optimizer "
-                                      "state")
-    dp: Count | None = Field(None, description="data-parallel replicas D (default: every D that divides the chips and "
-                             "the batch and whose data axis takes whole physical axes; 1: tensor parallelism only)")
     zero_stage: TuneZeroStage = Field(1, description="how D > 1 replicas shard model state: 0 replicated, 1 "
                                       "optimizer state, 2 and gradients, 3 and weights (fsdp); any: search every "
                                       "stage")
     dcn_data: Count = Field(1, description="slices over DCN (a dcn_data axis): chips and batch are those of every "
                             "slice, each slice takes an equal share and the same layout")
-
-    @model_validator(mode="after")
-    def _remat_names(self) -> Self:
-        _check_remat_names(self)
-        return self
 
     @model_validator(mode="after")
     def _dp_divides(self) -> Self:
@@ -776,24 +799,28 @@ class TuneRequest(Request):
         return self
 
 
+# what a default leaves open differs in a search: every slice shape, every data degree
+_arrange(TuneRequest, "kind hardware scale multi_axis overlap_limit model chips algorithm batch topology prefetch "
+         "prefetch_window prefetch_budget recompute remat_save remat_offload microbatches attention precision "
+         "fidelity dataflows exhaustive refine_meshes ignore_memory allow_infeasible bytes_per_param dp zero_stage "
+         "dcn_data",
+            algorithm=("meshslice", "see 'tpusim list algorithms'; 'all' tunes every one and keeps the fastest"),
+            topology=(None, "physical network (default: the TPUv4 slice for the chip count)"),
+            dp=(None, "data-parallel replicas D (default: every D that divides the chips and the batch and whose "
+                      "data axis takes whole physical axes; 1: tensor parallelism only)"))
+
+
 class PlanRequest(TuneRequest):
     """The best configuration of every algorithm and layout kind, ranked (``tpusim plan``): the tuner's search over
     every algorithm and ZeRO stage unless narrowed."""
 
     kind: Literal["plan"] = "plan"  # type: ignore[assignment]
-    algorithm: str = Field(EVERY_ALGORITHM, description="see 'tpusim list algorithms'; 'all' plans every one")
-    zero_stage: TuneZeroStage = Field(EVERY_ZERO_STAGE, description=  # type: ignore[arg-type]
-                                      "how D > 1 replicas shard model state: 0 "
-                                      "replicated, 1 optimizer state, 2 and gradients, 3 and weights (fsdp); any: "
-                                      "every stage")
 
 
-def _check_remat_names(request: StepRequest | TuneRequest) -> None:
-    """Activation names only with recompute custom, each in one list (``vocabulary.check_remat``)."""
-    try:
-        check_remat(request.recompute, request.remat_save, request.remat_offload)
-    except UserError as error:
-        raise problem(error.message, style=Problem.PLAIN) from None
+_arrange(PlanRequest, " ".join(TuneRequest.model_fields),
+         algorithm=(EVERY_ALGORITHM, "see 'tpusim list algorithms'; 'all' plans every one"),
+         zero_stage=(EVERY_ZERO_STAGE, "how D > 1 replicas shard model state: 0 replicated, 1 optimizer state, 2 and "
+                                       "gradients, 3 and weights (fsdp); any: every stage"))
 
 
 REQUESTS: tuple[type[Request], ...] = (CollectiveRequest, GemmRequest, StepRequest, TuneRequest)

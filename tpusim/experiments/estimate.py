@@ -117,17 +117,17 @@ def _collective(request: CollectiveRequest, context: Context | None) -> Cost:
 
 def _gemm(request: GemmRequest, context: Context | None) -> Cost:
     from tpusim.experiments.footprint import check_gemm_memory
+    from tpusim.experiments.names import algorithm_named
     from tpusim.experiments.runners import _placed, _prefetch
     from tpusim.gemm.dataflow import GemmProblem
     from tpusim.gemm.estimate import gemm_estimate
     from tpusim.gemm.fidelity import symmetric_obstacle
     from tpusim.gemm.params import GemmParams
-    from tpusim.gemm.registry import get_algorithm
 
     placed = _placed(request, context)
     profile, mapping = placed.hardware, placed.mapping
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
-    algorithm = get_algorithm(request.algorithm)
+    algorithm = algorithm_named(request.algorithm)
     problem = GemmProblem(request.m, request.n, request.k, request.dataflow, request.transpose, request.dtype)
     params = GemmParams(_prefetch(profile, request.prefetch), request.slices, request.block, request.variant,
                         request.compat_mean_overlap)
@@ -146,7 +146,6 @@ def _step(request: StepRequest, context: Context | None, *, search: bool = True)
     from tpusim.experiments.runners import step_setup
     from tpusim.gemm.fidelity import symmetric_obstacle
     from tpusim.gemm.params import GemmParams
-    from tpusim.gemm.registry import get_algorithm
     from tpusim.model.estimate import step_estimate
     from tpusim.tuning.slices import likely_slices, slice_search_estimate
 
@@ -163,10 +162,10 @@ def _step(request: StepRequest, context: Context | None, *, search: bool = True)
     cheaper = None
     if spec.fidelity is Fidelity.FULL and not (request.slow_chips or request.slow_links):
         params = GemmParams(spec.prefetch, variant=spec.variant)
-        if symmetric_obstacle(get_algorithm(spec.algorithm), params, network) is None:
+        if symmetric_obstacle(spec.algorithm, params, network) is None:
             symmetric = replace(spec, fidelity=Fidelity.SYMMETRIC)
             cheaper = (Fidelity.SYMMETRIC, step_estimate(symmetric, network))
-    step = f"step of {spec.model.name} with {spec.algorithm} on {mapping.num_chips} chips"
+    step = f"step of {spec.model.name} with {spec.algorithm.name} on {mapping.num_chips} chips"
     what = f"a {step} (fidelity auto)" if spec.fidelity is Fidelity.AUTO else f"a {spec.fidelity}-fidelity {step}"
     return Cost(estimate, what, cheaper)
 

@@ -31,6 +31,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from tpusim.config.options import DASK_CONNECT_TIMEOUT_S
 from tpusim.errors import UserError
 from tpusim.experiments.jobs import Done, Job, run_job
 from tpusim.experiments.workers import run_pool, stopped_outcome
@@ -38,9 +39,6 @@ from tpusim.experiments.workers import run_pool, stopped_outcome
 __all__ = ["DASK_CONNECT_TIMEOUT_S", "DASK_TRIES", "Done", "Job", "NoDaskWorkers", "check_scheduler_address",
            "run_dask", "run_inline", "run_local", "worker_count"]
 
-DASK_CONNECT_TIMEOUT_S = 10.0
-"""How long connecting to a Dask scheduler may take before the run gives up (``--connect-timeout``), and how long
-the run waits on a scheduler that has no worker."""
 DASK_TRIES = 2
 """How many times a point runs on a Dask cluster when its worker dies under it: once, and once more."""
 DASK_POLL_S = 0.25

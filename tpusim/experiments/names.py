@@ -1,4 +1,6 @@
-"""The names an experiment's points use (hardware profile, model, algorithm), checked before any point runs.
+"""The names an experiment's points use (hardware profile, model, algorithm), checked before any point runs, and
+the one place outside the registry that turns an algorithm's name into its object (``algorithm_named``): every
+runner resolves a request's algorithm here, once, and hands the object on.
 
 A name that is not registered would otherwise fail each point that uses it at run time, as rows of errors in
 an otherwise finished run; here the first one is one ``UnknownNameError`` line (exit status 2) naming the file,
@@ -10,19 +12,24 @@ given through the Python API need no check.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tpusim.config import Point
 from tpusim.config.catalog import HARDWARE, MODELS, looks_like_path
+from tpusim.config.requests import EVERY_ALGORITHM
 from tpusim.errors import UnknownNameError
-from tpusim.experiments.runners import EVERY_ALGORITHM
 
-__all__ = ["check_names"]
+if TYPE_CHECKING:
+    from tpusim.gemm.algorithm import GemmAlgorithm
+
+__all__ = ["algorithm_named", "check_names"]
 
 
-def _algorithm(name: str) -> None:
-    from tpusim.gemm.registry import get_algorithm  # the registry (and its plug-ins) only for points with one
+def algorithm_named(name: str) -> GemmAlgorithm:
+    """The registered algorithm ``name``; an unknown name is one ``UnknownNameError`` listing the known ones."""
+    from tpusim.gemm.registry import get_algorithm  # the registry (and its plug-ins) only for requests with one
 
-    get_algorithm(name)
+    return get_algorithm(name)
 
 
 def _checks(point: Point) -> list[tuple[str, str, Callable[[str], object]]]:
@@ -35,7 +42,7 @@ def _checks(point: Point) -> list[tuple[str, str, Callable[[str], object]]]:
             found.append((field, value, resolve))
     algorithm = dumped.get("algorithm")
     if isinstance(algorithm, str) and not (point.kind == "tune" and algorithm == EVERY_ALGORITHM):
-        found.append(("algorithm", algorithm, _algorithm))
+        found.append(("algorithm", algorithm, algorithm_named))
     return found
 
 

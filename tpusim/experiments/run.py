@@ -114,8 +114,9 @@ def run_experiment(
     those of the results.csv written there. ``timeout`` bounds each point's seconds; ``connect_timeout`` the
     connection to a Dask ``scheduler`` and how long the run waits while it has no worker. ``estimate`` hears the
     estimate line of the points still to run, before the first starts (docs/limits.md#cost-estimate)."""
-    check_run_arguments(experiment, out, jobs=jobs, resume=resume, yes=yes, progress=progress, cache=cache,
-                        scheduler=scheduler, force=force, timeout=timeout, connect_timeout=connect_timeout)
+    options = check_run_arguments(experiment, out, {
+        "jobs": jobs, "timeout": timeout, "connect_timeout": connect_timeout, "resume": resume, "yes": yes,
+        "force": force, "scheduler": scheduler, "executor": executor}, progress=progress, cache=cache)
     _fault_after()  # a malformed fault variable is refused before anything is written
     source = "experiment"
     experiment_file: Path | None = None
@@ -123,17 +124,10 @@ def run_experiment(
         source = str(experiment)
         experiment_file = experiment if isinstance(experiment, Path) else EXPERIMENTS.resolve(experiment)
         experiment = load_experiment(experiment_file)
-    if executor not in ("local", "dask"):
-        raise UserError(f"--executor {executor!r} is unknown; valid: local, dask")
-    if scheduler is not None and executor != "dask":
-        raise UserError(f"--scheduler {scheduler!r} needs --executor dask (the {executor} executor runs here)")
     notes: list[str] = []
     if executor == "local" or scheduler is None:  # a LocalCluster's workers are processes of this machine too
-        jobs, capped = worker_count(jobs)
+        jobs, capped = worker_count(options.jobs)
         notes.extend([capped] if capped else [])
-    if timeout is not None and executor == "dask":
-        raise UserError(f"--timeout {timeout:g} needs the local executor: a Dask task cannot be stopped once it "
-                        "runs")
     if scheduler is not None:
         check_scheduler_address(scheduler)
     points = expand(experiment, source, None if yes else experiment.max_points)  # sized before it is built

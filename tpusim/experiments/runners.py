@@ -142,14 +142,13 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
              link_busy: LinkBusy | None = None) -> GemmResult:
     """One distributed GeMM (optionally verified against the dense product, optionally traced, its per-link busy
     seconds into ``link_busy``)."""
+    from tpusim.experiments.names import algorithm_named
     from tpusim.gemm.dataflow import GemmProblem
     from tpusim.gemm.params import GemmParams
-    from tpusim.gemm.registry import get_algorithm
     from tpusim.gemm.simulate import simulate_gemm
     from tpusim.tuning.slices import fastest_slice_count
 
-    algorithm = get_algorithm(request.algorithm)
-    name = algorithm.name
+    algorithm = algorithm_named(request.algorithm)
     network = _placed(request, context)
     profile, mapping = network.hardware, network.mapping
     check_gemm_memory(mapping.num_chips, request.fidelity, request.verify, request.m, request.n, request.k)
@@ -161,7 +160,7 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
     slow_chips = parse_slow_chips(request.slow_chips, mapping.num_chips) or None
 
     def time(candidate: GemmProblem, with_params: GemmParams) -> float:
-        return simulate_gemm(candidate, name, with_params, network, fidelity=request.fidelity,
+        return simulate_gemm(candidate, algorithm, with_params, network, fidelity=request.fidelity,
                              chip_slowdown=slow_chips).time_s
 
     chosen = None
@@ -169,7 +168,7 @@ def run_gemm(request: GemmRequest, context: Context | None = None, tracer: Trace
         chosen = fastest_slice_count(algorithm, [problem], mapping.shape, params, time)
         if chosen is not None:
             params = replace(params, slices=chosen[0])
-    result = simulate_gemm(problem, name, params, network, verify=request.verify, seed=request.seed,
+    result = simulate_gemm(problem, algorithm, params, network, verify=request.verify, seed=request.seed,
                            tracer=tracer, fidelity=request.fidelity, link_busy=link_busy, chip_slowdown=slow_chips)
     if chosen is not None and len(chosen[1]) > 1:
         result.notes.append(f"slice count {chosen[0]} chosen, the fastest of the feasible "
@@ -229,8 +228,8 @@ class StepSetup:
 def step_setup(request: StepRequest, context: Context | None = None, link_busy: LinkBusy | None = None,
                tracer: Tracer | None = None) -> StepSetup:
     """Everything ``run_step`` resolves before it simulates anything, with the refusals it makes on the way."""
-    from tpusim.gemm.algorithm import SLICED
-    from tpusim.gemm.registry import get_algorithm
+    from tpusim.experiments.names import algorithm_named
+    from tpusim.gemm.algorithm import not_taken
     from tpusim.model.memory import plan_memory, slice_memory_shape
     from tpusim.model.program import prefetch_budget
     from tpusim.model.step import StepSpec
@@ -242,11 +241,11 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
     check_step_memory(mapping, request.fidelity)
     _check_links(network, link_busy)
     _check_tracer(tracer, mapping)
-    algorithm = get_algorithm(request.algorithm)
+    algorithm = algorithm_named(request.algorithm)
     slices = _per_layer(request.slices)
     if slices is not None and not algorithm.uses_slices:
         shown = ",".join(str(k) for k in request.slices) if isinstance(request.slices, list) else request.slices
-        raise InfeasibleError(f"--slices {shown} does not apply to algorithm {algorithm.name!r}; {SLICED}")
+        raise not_taken(algorithm, "slices", str(shown))
     dataflows: tuple[Dataflow, ...] | None = _per_layer(request.dataflows)
     slices_over_dcn = request.dcn_slices
     _check_dcn(request, profile, slices_over_dcn)
@@ -265,7 +264,7 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
                   remat_offload=frozenset(request.remat_offload), attention=request.attention,
                   combine_bytes=profile.combine_threshold)
     memory = fit()
-    spec = StepSpec(transformer, algorithm.name, batch, slices, dataflows,
+    spec = StepSpec(transformer, algorithm, batch, slices, dataflows,
                     _per_layer(request.transposes), prefetch, request.variant,
                     memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
                     extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
@@ -309,8 +308,9 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     simulated once more as a step, traced. ``jobs`` worker processes simulate (at most one per CPU; the result is
     the same as with one, plus a note when capped)."""
     from tpusim.experiments.executors import worker_count
-    from tpusim.gemm.registry import get_algorithm
-    from tpusim.tuning.search import TuneSpec, check_jobs, tune
+    from tpusim.experiments.names import algorithm_named
+    from tpusim.tuning.search import check_jobs, tune
+    from tpusim.tuning.spec import tune_spec
 
     check_jobs(jobs)
     check_offload(request.remat_offload, request_hardware(request, context))
@@ -325,19 +325,8 @@ def run_tune(request: TuneRequest, context: Context | None = None,
     assert isinstance(request.zero_stage, int)
     workers, capped = worker_count(jobs)
 
-    spec = TuneSpec(
-        model=model_of(request.model, context), hardware=request_hardware(request, context),
-        chips=request.chips,
-        algorithm=get_algorithm(request.algorithm).name, batch=request.batch, topology=request.topology,
-        prefetch=request.prefetch, recompute=request.recompute, microbatches=request.microbatches,
-        remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
-        attention=request.attention, prefetch_window=request.prefetch_window,
-        prefetch_budget=request.prefetch_budget,
-        fidelity=request.fidelity, exhaustive=request.exhaustive, ignore_memory=request.ignore_memory,
-        allow_infeasible=request.allow_infeasible, refine_meshes=request.refine_meshes,
-        dataflows=request.dataflows, bytes_per_param=request.bytes_per_param, dp=request.dp,
-        zero_stage=request.zero_stage, dcn_slices=request.dcn_data,
-    )
+    spec = tune_spec(request, model_of(request.model, context), request_hardware(request, context),
+                     algorithm_named(request.algorithm))
     result = tune(spec, context=context, progress=progress, stages=stages, jobs=workers)
     if capped is not None:
         result.notes.append(capped)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import simpy
@@ -21,13 +22,11 @@ from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.costs import CostModel
 from tpusim.gemm.dataflow import GemmProblem, Roles
-from tpusim.gemm.params import GemmParams
+from tpusim.gemm.params import ALGORITHM_PARAMETERS, GemmParams
 from tpusim.gemm.sharding import Sharding, operand_blocks, two_d
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp
 
-SLICED = "only 'meshslice' (its slice count S) and 'summa' (its panel count S) take one"
-"""Which built-in algorithms take ``--slices``: the end of the refusal every other one gives."""
 DOUBLE_BUFFERED = 2
 """Buffers of one stream a pipelined program holds at once: the one in use and the next, arriving meanwhile."""
 
@@ -60,14 +59,34 @@ class GemmAlgorithm(ABC):
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    uses_slices: ClassVar[bool] = False
+    takes: ClassVar[MappingProxyType[str, str]] = MappingProxyType({})
+    """The parameters of ``GemmParams`` this algorithm reads beyond ``prefetch``, each with what it is to the
+    algorithm (``{"slices": "its panel count S"}``); one it does not declare it ignores, or refuses where
+    ``ALGORITHM_PARAMETERS`` says so."""
     variants: ClassVar[tuple[str, ...]] = ()
     parallelism: ClassVar[str] = "2d"  # "2d", "1d-feature" (tp1d) or "1d-batch" (fsdp): how a step shards
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(set(cls.takes) - set(ALGORITHM_PARAMETERS))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.takes names {unknown}; valid: {', '.join(ALGORITHM_PARAMETERS)}")
+
+    @property
+    def uses_slices(self) -> bool:
+        """Whether the schedule is sliced (a slice or panel count the tuner searches)."""
+        return "slices" in self.takes
+
+    def __str__(self) -> str:
+        # an algorithm stands for its name wherever it is shown or keyed (a step's timing-cache key among them)
+        return self.name
+
     def check(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> None:
         """Raise InfeasibleError for a combination this algorithm cannot run."""
-        if params.slices is not None and not self.uses_slices:
-            raise InfeasibleError(f"--slices {params.slices} does not apply to algorithm {self.name!r}; {SLICED}")
+        for parameter, refused in ALGORITHM_PARAMETERS.items():
+            value = getattr(params, parameter)
+            if refused and value is not None and parameter not in self.takes:
+                raise not_taken(self, parameter, str(value))
         if params.variant is not None and params.variant not in self.variants:
             valid = ", ".join(self.variants) if self.variants else "none (this algorithm has no variants)"
             raise InfeasibleError(f"unknown variant {params.variant!r} for algorithm {self.name!r}; valid: {valid}")
@@ -193,3 +212,15 @@ def pipelined_panels(panels: dict[str, int], pieces: int) -> int:
     step (MeshSlice's slices, SUMMA's panels). Every panel splits evenly: its sliced dimension divides into the
     pieces (the algorithms' feasibility rules)."""
     return min(pieces, DOUBLE_BUFFERED) * sum(panel // pieces for panel in panels.values())
+
+
+def not_taken(algorithm: GemmAlgorithm, parameter: str, shown: str) -> InfeasibleError:
+    """The refusal of ``parameter`` (given as ``shown``) by an algorithm that does not declare it, naming every
+    registered algorithm that does, with what it is to each."""
+    from tpusim.gemm.registry import algorithms  # the registry imports this module
+
+    takers = [f"{name!r} ({other.takes[parameter]})" for name, other in algorithms().items()
+              if parameter in other.takes]
+    listed = takers[0] if len(takers) == 1 else ", ".join(takers[:-1]) + " and " + takers[-1] if takers else "none"
+    return InfeasibleError(f"--{parameter.replace('_', '-')} {shown} does not apply to algorithm "
+                           f"{algorithm.name!r}; only {listed} take{'s' if len(takers) == 1 else ''} one")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 
 from tpusim.config import HardwareProfile
 from tpusim.vocabulary import Prefetch
@@ -13,12 +14,22 @@ def default_prefetch(hardware: HardwareProfile) -> Prefetch:
     return hardware.prefetch
 
 
+REFUSED = "refused"
+"""Metadata of a ``GemmParams`` field that an algorithm not declaring it refuses (others ignore it)."""
+
+
 @dataclass(frozen=True)
 class GemmParams:
-    """Algorithm parameters; ``slices`` only for algorithms that slice (MeshSlice)."""
+    """Algorithm parameters: ``prefetch`` for every algorithm, the others for those that declare them
+    (``GemmAlgorithm.takes``)."""
 
     prefetch: Prefetch = Prefetch.IDEAL
-    slices: int | None = None
+    slices: int | None = field(default=None, metadata={REFUSED: True})  # a count only a sliced schedule has
     block: int = 8  # MeshSlice's strided-slice run length (hard-coded 8 in the artifact)
-    variant: str | None = None
+    variant: str | None = None  # checked against the algorithm's own ``variants``
     compat_mean_overlap: bool = False  # the `simulation` branch's (a+b)/2 rule, twins only, labelled
+
+
+ALGORITHM_PARAMETERS = MappingProxyType({f.name: bool(f.metadata.get(REFUSED)) for f in fields(GemmParams)
+                                         if f.name != "prefetch"})
+"""The parameters an algorithm may declare, each with whether one that does not declare it refuses it."""

@@ -31,7 +31,6 @@ from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import representative_chips, resolve_fidelity, symmetric_obstacle
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import assemble, block_shape, operand_blocks, take_block
 from tpusim.vocabulary import Fidelity
 
@@ -98,7 +97,7 @@ def analytic_gemm(
 
 def simulate_gemm(
     problem: GemmProblem,
-    algorithm_name: str,
+    algorithm: GemmAlgorithm,
     params: GemmParams,
     network: Network,
     *,
@@ -109,7 +108,7 @@ def simulate_gemm(
     link_busy: LinkBusy | None = None,
     chip_slowdown: Mapping[int, float] | None = None,
 ) -> GemmResult:
-    """Run ``algorithm_name`` on every chip of ``network``'s mapping; see the module docstring. ``network`` is the
+    """Run ``algorithm`` on every chip of ``network``'s mapping; see the module docstring. ``network`` is the
     request's model: its context holds the timing cache, its link overrides are what-ifs like ``chip_slowdown``
     (``tpusim.engine.overrides``, as a step takes them: a straggler's compute and a slow link's transfers, in the
     simulation and in its closed form alike). ``link_busy``, when given, receives every directed link's busy
@@ -118,17 +117,16 @@ def simulate_gemm(
     what_if = _WhatIf(dict(chip_slowdown or {}), dict(network.link_overrides))
     cacheable = tracer is None and link_busy is None and not verify and fidelity is not Fidelity.ANALYTIC
     if not cacheable:
-        return _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, what_if,
-                              link_busy)
+        return _simulate_gemm(problem, algorithm, params, network, verify, seed, tracer, fidelity, what_if, link_busy)
     # keyed by the fidelity actually run, so "auto" and the "symmetric" it resolves to share entries
-    obstacle = symmetric_obstacle(get_algorithm(algorithm_name), params, network, overrides=what_if.any)
+    obstacle = symmetric_obstacle(algorithm, params, network, overrides=what_if.any)
     resolved = resolve_fidelity(fidelity, obstacle)[0] if fidelity is Fidelity.AUTO else fidelity
-    key = cache_key("gemm", problem, algorithm_name, params, hardware, mapping.describe(), resolved,
+    key = cache_key("gemm", problem, algorithm.name, params, hardware, mapping.describe(), resolved,
                     *what_if.key)
     cached = context.timings.get(key)
     if cached is not None:
         return GemmResult(**cached)
-    result = _simulate_gemm(problem, algorithm_name, params, network, verify, seed, tracer, fidelity, what_if)
+    result = _simulate_gemm(problem, algorithm, params, network, verify, seed, tracer, fidelity, what_if)
     context.timings.put(key, result.to_dict())
     return result
 
@@ -156,11 +154,10 @@ class _WhatIf:
         return max(self.chip_slowdown.values(), default=1.0)
 
 
-def _simulate_gemm(problem: GemmProblem, algorithm_name: str, params: GemmParams, network: Network, verify: bool,
+def _simulate_gemm(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network, verify: bool,
                    seed: int, tracer: Tracer | None, fidelity: Fidelity, what_if: _WhatIf,
                    link_busy: LinkBusy | None = None) -> GemmResult:
     hardware, mapping = network.hardware, network.mapping
-    algorithm = get_algorithm(algorithm_name)
     mesh = mapping.shape
     check_gemm(algorithm, problem, mesh, params)
     obstacle = symmetric_obstacle(algorithm, params, network, overrides=what_if.any, payload=verify)

@@ -18,7 +18,6 @@ from tpusim.engine.tensor import Tensor
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.sharding import operand_blocks
 from tpusim.gemm.simulate import check_gemm
 from tpusim.model.data_parallel import DataParallelPlan, data_parallel_plan
@@ -51,7 +50,7 @@ class StepSpec:
     """Everything that determines a step's timing besides the hardware and the mapping."""
 
     model: TransformerModel
-    algorithm: str
+    algorithm: GemmAlgorithm  # resolved from its name once, by the runner or the tuner's request
     batch: int
     slices: tuple[int | None, ...] | None = None  # one per FF layer (qkv, out_proj, ff1, ff2)
     dataflows: tuple[Dataflow, ...] | None = None
@@ -121,7 +120,7 @@ class StepPlan:
 
 def block_shape(spec: StepSpec, mesh: tuple[int, int], allow_infeasible: bool) -> tuple[BlockShape, Split]:
     """One chip's share of the block under the algorithm's parallelism on ``mesh``."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     split = split_for(spec.model, mesh, spec.batch, algorithm.parallelism, allow_infeasible)
     tokens = spec.tokens
     shape = BlockShape(
@@ -139,7 +138,7 @@ def block_shape(spec: StepSpec, mesh: tuple[int, int], allow_infeasible: bool) -
 
 def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[str, ...]]:
     """(forward ops, backward ops, violations) of one block on ``mesh``; infeasible meshes raise unless allowed."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     shape, split = block_shape(spec, mesh, spec.allow_infeasible)
     layers = block_layers(spec, mesh)
     forward, backward = block_ops(spec.model, layers, shape, spec.dtype, spec.stats_dtype, spec.recompute,
@@ -152,7 +151,7 @@ def plan_block(spec: StepSpec, mesh: tuple[int, int]) -> tuple[tuple[Op, ...], t
 
 def block_layers(spec: StepSpec, mesh: tuple[int, int]) -> tuple[FFLayer, ...]:
     """The block's FF layers on ``mesh``: the requested dataflows, else each layer as ``runnable`` makes it."""
-    feature_parts = parts_for(mesh, get_algorithm(spec.algorithm).parallelism)[1]
+    feature_parts = parts_for(mesh, spec.algorithm.parallelism)[1]
     layers = ff_layers(spec.model, spec.tokens, spec.dataflows, spec.transposes, feature_parts)
     return layers if spec.dataflows is not None else tuple(runnable(layer, spec, mesh) for layer in layers)
 
@@ -162,7 +161,7 @@ def runnable(layer: FFLayer, spec: StepSpec, mesh: tuple[int, int]) -> FFLayer:
     one it can run that keeps the largest matrix in place, as the heuristic would have: the heuristic ignores the
     algorithm's rules (a ring that cuts the tokens into two pieces per chip; docs/workloads.md#the-autotuner). A
     layer no dataflow can run keeps the heuristic's, whose refusal the step then reports."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     params = GemmParams(spec.prefetch, variant=spec.variant)
     others = sorted((d for d in Dataflow if d is not layer.dataflow), key=lambda d: -stationary_elements(
         layer.tokens, layer.inputs, layer.outputs, d))
@@ -235,7 +234,7 @@ def plan_offload(spec: StepSpec, mesh: tuple[int, int], forward: tuple[Op, ...],
 
 def _prepare(spec: StepSpec, mesh: tuple[int, int], ops: tuple[Op, ...], violations: list[str]
              ) -> dict[str, PreparedGemm]:
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     slices = list(spec.slices) if spec.slices else [None] * len(FF_LAYERS)
     prepared: dict[str, PreparedGemm] = {}
     for op in ops:

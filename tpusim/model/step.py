@@ -442,7 +442,7 @@ def _sum_of_ops(spec: StepSpec, network: Network, plan: StepPlan, reps: list[tup
             if isinstance(op, GemmOp):  # through the GeMM cache the tuner's pricing shares
                 job = plan.gemms[op.name]
                 links = LinkBusy() if link_busy is not None else None
-                g = simulate_gemm(job.ctx.problem, job.algorithm.name, job.ctx.params, network,
+                g = simulate_gemm(job.ctx.problem, job.algorithm, job.ctx.params, network,
                                   fidelity=Fidelity.SYMMETRIC, link_busy=links)
                 # symmetric fidelity simulates, so the breakdown is there (only analytic leaves it None)
                 assert g.compute_s is not None and g.exposed_comm_s is not None and g.idle_s is not None

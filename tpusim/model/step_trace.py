@@ -75,7 +75,7 @@ def trace_step(spec: StepSpec, network: Network, plan: StepPlan, fidelity: Fidel
     how = ("full: every chip ran its program" if runners is None
            else f"symmetric: the traced chips ran their programs ({len(runners)} chips), the others behave alike")
     tracer.metadata.update({
-        "tpusim": "training step", "model": spec.model.name, "algorithm": spec.algorithm,
+        "tpusim": "training step", "model": spec.model.name, "algorithm": spec.algorithm.name,
         "hardware": network.hardware.name, "mesh": mapping.layout,
         "fidelity": str(fidelity), "trace_run": how, "layers": total, "traced_layers": simulated,
         "step_layers_simulated": sizes or "each distinct op once", "trace_time_s": run.account.elapsed,

@@ -12,7 +12,7 @@ from tpusim.tuning.capacity import PanelLimit, host_shortfall, mesh_memory
 from tpusim.tuning.mesh_search import MeshSearch
 from tpusim.tuning.result import MeshReport
 from tpusim.tuning.space import MeshCandidate, RejectedMesh, data_degrees, mesh_candidates, shown
-from tpusim.tuning.spec import Setting, TuneSpec
+from tpusim.tuning.spec import TUNED_DTYPE, Setting, TuneSpec
 from tpusim.units import GB
 from tpusim.vocabulary import Recompute
 
@@ -38,8 +38,8 @@ def admitted(setting: Setting, notes: list[str]) -> tuple[list[MeshCandidate], l
     rejected: list[RejectedMesh] = []
     for shape in setting.shapes:
         for data in data_degrees(setting.chips, micro, setting.dp):
-            found, skipped = mesh_candidates(request.model, setting.algorithm, setting.chips, micro, request.hardware,
-                                             shape, request.allow_infeasible, data)
+            found, skipped = mesh_candidates(request.transformer, setting.algorithm, setting.chips, micro,
+                                             request.profile, shape, request.allow_infeasible, data)
             candidates += found
             rejected += skipped
     limits: Limits = {}
@@ -64,10 +64,10 @@ def memory_gate(setting: Setting, candidates: list[MeshCandidate], rejected: lis
     window = PrefetchWindow(request.prefetch_window, reserved_bytes)
     estimates = []
     for c in candidates:
-        estimate, limit = mesh_memory(request.model, c.mesh, batch, request.recompute, request.hardware,
-                                      request.bytes_per_param, reserved_bytes, c.data, request.zero_stage,
-                                      (request.remat_save, request.remat_offload), algorithm=setting.algorithm,
-                                      prefetch=setting.prefetch, window=window, dtype=request.dtype,
+        estimate, limit = mesh_memory(request.transformer, c.mesh, batch, request.recompute, request.profile,
+                                      request.bytes_per_param, reserved_bytes, c.data, request.stage,
+                                      request.remat, algorithm=setting.algorithm,
+                                      prefetch=setting.prefetch, window=window, dtype=TUNED_DTYPE,
                                       attention=request.attention, microbatches=request.microbatches or 1,
                                       ignore_memory=request.ignore_memory)
         limits[c.key] = limit
@@ -119,7 +119,7 @@ def no_mesh(request: TuneSpec, batch: int, rejected: Sequence[RejectedMesh]) -> 
         more += (f"; {len(hosted)} other layout(s) need more memory to simulate than this machine has (the least, "
                  f"{shown(least.mesh, least.slice_shape)}: {least.reason})")
     return InfeasibleError(
-        f"no feasible configuration of {request.model.name} with algorithm {request.algorithm!r} on "
+        f"no feasible configuration of {request.transformer.name} with algorithm {request.algorithm!r} on "
         f"{request.chips} chips (batch {batch}): {reasons}{more}",
         "try another chip count, batch or algorithm, or --allow-infeasible to time infeasible meshes anyway",
     )

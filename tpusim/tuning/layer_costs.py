@@ -91,7 +91,7 @@ class CostCache:
             value = analytic_gemm(algorithm, problem, params, network)
         else:
             self.simulations += 1
-            value = simulate_gemm(problem, algorithm.name, params, network, fidelity=Fidelity(mode)).time_s
+            value = simulate_gemm(problem, algorithm, params, network, fidelity=Fidelity(mode)).time_s
         self._times[key] = value
         return value
 

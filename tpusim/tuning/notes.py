@@ -54,8 +54,8 @@ def outcome_notes(setting: Setting, names: MeshNames, best: Choice, runner: Choi
                   untimed: Sequence[Finalist], whole: StepSpec) -> list[str]:
     """The slice shapes searched, the finalists left untimed, and where the whole steps depart from the estimates
     (``leader`` is the estimates' best mesh)."""
-    request, layers = setting.request, setting.request.model.layers
-    notes = [slice_note(request.topology, request.hardware, setting.shapes, best.slice_shape, setting.chips)]
+    request, layers = setting.request, setting.request.transformer.layers
+    notes = [slice_note(request.topology, request.profile, setting.shapes, best.slice_shape, setting.chips)]
     for left in untimed:
         notes.append(f"{names.name(left.search.candidate)} not timed as a whole step: its ops alone take "
                      f"{ops_bound(left.plan, whole, layers):.4g} s, no less than the best's simulated "

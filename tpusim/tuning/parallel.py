@@ -36,6 +36,7 @@ from tpusim.config import HardwareProfile
 from tpusim.engine.context import Context
 from tpusim.engine.lifetime import Lifeline, deaf_children, hold, ignore_interrupts
 from tpusim.engine.signals import interrupts_deferred
+from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
@@ -66,7 +67,7 @@ Entries = list[tuple[str, dict[str, Any]]]
 """Timing-cache entries (``engine.cache``) a task computed, for the caller's context to adopt."""
 
 
-Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], str, HardwareProfile, MeshMapping, Fidelity]
+Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], GemmAlgorithm, HardwareProfile, MeshMapping, Fidelity]
 """GeMMs of one mesh: (problem, parameters) each, the algorithm, the profile, the mesh's mapping and the fidelity."""
 
 
@@ -141,7 +142,7 @@ class SimulationPool:
             self.abandon()
             raise
 
-    def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], str,
+    def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], GemmAlgorithm,
                                                   HardwareProfile, MeshMapping, Fidelity]]) -> PendingTimes:
         """Submit the GeMMs of several meshes (each group under the caller's keys) as one task per worker: each
         worker takes every ``workers``-th GeMM of every mesh (neighbouring options cost alike), so a worker is sent

@@ -13,7 +13,7 @@ from tpusim.tuning.layer_costs import CostCache, PricingContext, pass_multiplici
 from tpusim.tuning.mesh_search import MeshSearch, mesh_report
 from tpusim.tuning.result import MeshReport
 from tpusim.tuning.space import MeshCandidate
-from tpusim.tuning.spec import Setting
+from tpusim.tuning.spec import TUNED_DTYPE, Setting
 
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
@@ -22,12 +22,12 @@ SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
 def replica_spec(setting: Setting, batch: int) -> StepSpec:
     """The step of a replica training ``batch`` sequences under the settled request."""
     request, memory = setting.request, setting.memory
-    return StepSpec(request.model, setting.algorithm.name, batch, prefetch=setting.prefetch,
+    save, offload = request.remat
+    return StepSpec(request.transformer, setting.algorithm, batch, prefetch=setting.prefetch,
                     recompute=memory.recompute, attention=request.attention, prefetch_window=request.prefetch_window,
-                    prefetch_budget=setting.budget, bytes_per_param=request.bytes_per_param, dtype=request.dtype,
+                    prefetch_budget=setting.budget, bytes_per_param=request.bytes_per_param, dtype=TUNED_DTYPE,
                     allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,
-                    zero_stage=request.zero_stage, remat_save=request.remat_save,
-                    remat_offload=request.remat_offload)
+                    zero_stage=request.stage, remat_save=save, remat_offload=offload)
 
 
 def mesh_searches(setting: Setting, candidates: list[MeshCandidate], limits: dict[tuple[str, str], PanelLimit],
@@ -40,15 +40,15 @@ def mesh_searches(setting: Setting, candidates: list[MeshCandidate], limits: dic
         # one replica's share of the micro-batch: its GeMM shapes, pass counts and non-FF ops
         spec = replica_spec(setting, setting.micro // data)
         among = [c for c in candidates if c.data == data]
-        pricing = PricingContext(request.hardware, algorithm, GemmParams(setting.prefetch), request.dtype,
+        pricing = PricingContext(request.profile, algorithm, GemmParams(setting.prefetch), TUNED_DTYPE,
                                  request.fidelity, pass_multiplicity(spec, among[0].mesh))
         for candidate in among:
             # the QKV GeMM's width depends on the feature split where K / V heads are replicated
-            layers = ff_layers(request.model, spec.tokens,
+            layers = ff_layers(request.transformer, spec.tokens,
                                feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
             search = MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows,
                                 limits[candidate.key])
-            search.tail = data_parallel_tail(candidate, request.hardware, request.model, request.zero_stage,
+            search.tail = data_parallel_tail(candidate, request.profile, request.transformer, request.stage,
                                              request.dcn_slices)
             searches.append(search)
     return searches

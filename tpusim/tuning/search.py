@@ -35,10 +35,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tpusim.collectives.factory import place_mesh, takes_data_axis
+from tpusim.config.options import WorkerOptions
 from tpusim.engine.context import Context
-from tpusim.errors import InfeasibleError, UserError
+from tpusim.errors import InfeasibleError
 from tpusim.gemm.params import default_prefetch
-from tpusim.gemm.registry import get_algorithm
 from tpusim.model.memory import plan_memory
 from tpusim.model.program import prefetch_budget
 from tpusim.model.step import StepSpec
@@ -68,9 +68,8 @@ __all__ = ["TuneSpec", "check_jobs", "tune"]
 
 
 def check_jobs(jobs: object) -> None:
-    """Refuse a ``jobs`` that is not an integer >= 1 (True is not one)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise UserError(f"jobs {jobs!r} must be an integer >= 1")
+    """Refuse a ``jobs`` that is not an integer >= 1 (True is not one): ``WorkerOptions`` says how."""
+    WorkerOptions.model_validate({"jobs": jobs})
 
 
 def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | None = None,
@@ -104,7 +103,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     count = stages if stages is not None else _uncounted
     notes: list[str] = []
     setting = _settle(request, past, notes)
-    request, layers, names = setting.request, setting.request.model.layers, MeshNames(setting.shapes)
+    request, layers, names = setting.request, setting.request.transformer.layers, MeshNames(setting.shapes)
     candidates, rejected, limits = admitted(setting, notes)
     searches = simulable(mesh_searches(setting, candidates, limits, cache), rejected, notes)
     reports = {r.key: MeshReport(r.mesh, "skipped", r.reason, slice_shape=r.slice_shape) for r in rejected}
@@ -140,8 +139,8 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
-    hardware, model = request.hardware, request.model
-    algorithm = get_algorithm(request.algorithm)
+    hardware, model = request.profile, request.transformer
+    algorithm = request.gemm_algorithm
     whole_batch = request.batch if request.batch is not None else request.chips
     # the search is one slice's: every slice runs the same layout on its share of the batch (docs/network.md#dcn)
     chips, batch = _one_slice(request, whole_batch)
@@ -152,13 +151,13 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
     # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
     memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
                          hardware.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.zero_stage,
-                         remat_save=request.remat_save, remat_offload=request.remat_offload,
+                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.stage,
+                         remat_save=request.remat[0], remat_offload=request.remat[1],
                          attention=request.attention, combine_bytes=hardware.combine_threshold, past=past)
     open_choice = request.recompute is Recompute.AUTO or request.microbatches is None
     if past:
         notes.append(past_note(past, memory.recompute, memory.microbatches))
-    settled = replace(request, recompute=memory.recompute, microbatches=memory.microbatches)
+    settled = request.model_copy(update={"recompute": memory.recompute, "microbatches": memory.microbatches})
     # the calibrated profiles' fitted costs describe one 2D mesh: they take no data axis
     if not takes_data_axis(hardware) and (request.dp or 1) > 1:
         raise InfeasibleError(f"--dp {request.dp}: data parallelism does not apply to calibrated profile "
@@ -175,8 +174,8 @@ def _one_slice(request: TuneSpec, batch: int) -> tuple[int, int]:
     if request.chips % slices or batch % slices:
         raise InfeasibleError(f"{slices} slices over DCN do not divide the {request.chips} chips and the batch of "
                               f"{batch} sequences", f"choose chips and a batch that are multiples of {slices}")
-    if slices > 1 and request.hardware.slice_network is None:
-        raise InfeasibleError(f"dcn_data {slices} joins slices over DCN, which profile {request.hardware.name!r} "
+    if slices > 1 and request.profile.slice_network is None:
+        raise InfeasibleError(f"dcn_data {slices} joins slices over DCN, which profile {request.profile.name!r} "
                               "does not describe (no dcn block)", "use a physical profile such as 'tpuv4'")
     return request.chips // slices, batch // slices
 
@@ -192,7 +191,7 @@ def _uncounted(done: int, total: int) -> None:
 def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Refined], whole: StepSpec,
                  say: Callable[[str], None], notes: list[str], names: MeshNames) -> tuple[list[Timed], list[Finalist]]:
     """Time the finalists as whole steps (``finalists``): the timed ones, fastest first, and those left untimed."""
-    layers = request.model.layers
+    layers = request.transformer.layers
     if request.exhaustive:
         say("timing every plan that can still win as a whole step")
         timed, capped = time_exhaustively([search for _, _, search, _ in final], whole, layers)
@@ -211,17 +210,17 @@ def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Ref
 
 def _result(setting: Setting, chosen: tuple[Choice, Choice | None], searches: list[MeshSearch], timed: list[Timed],
             reports: dict[tuple[str, str], MeshReport], notes: list[str], whole: StepSpec) -> TuneResult:
-    request, memory, layers = setting.request, setting.memory, setting.request.model.layers
+    request, memory, layers = setting.request, setting.memory, setting.request.transformer.layers
     return TuneResult(
-        model=request.model.name, hardware=request.hardware.name, algorithm=setting.algorithm.name,
+        model=request.transformer.name, hardware=request.profile.name, algorithm=setting.algorithm.name,
         chips=request.chips, batch=setting.whole_batch, microbatches=memory.microbatches,
         prefetch=str(setting.prefetch), recompute=str(memory.recompute), attention=str(request.attention),
-        fidelity=str(request.fidelity), zero_stage=request.zero_stage, dcn_data=request.dcn_slices,
+        fidelity=str(request.fidelity), zero_stage=request.stage, dcn_data=request.dcn_slices,
         exhaustive=request.exhaustive, best=chosen[0], runner_up=chosen[1],
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=len(timed),
         search_space=sum(s.space_size() for s in searches),
         meshes=sorted(reports.values(), key=lambda r: (tuple(int(v) for v in r.mesh.split("x")), r.slice_shape or "")),
         ignore_memory=request.ignore_memory, notes=notes,
-        candidates=fastest_per_kind(candidate_of(choice(t, whole, layers), request.zero_stage) for t in timed),
+        candidates=fastest_per_kind(candidate_of(choice(t, whole, layers), request.stage) for t in timed),
     )

@@ -19,7 +19,6 @@ from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.estimate import gemm_estimate
 from tpusim.gemm.params import GemmParams
-from tpusim.gemm.registry import get_algorithm
 from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.model.layer import Pass
 from tpusim.model.plan import block_layers
@@ -50,7 +49,7 @@ def best_slices(spec: StepSpec, network: Network,
                 progress: Callable[[int, int], None] | None = None) -> tuple[int, ...]:
     """The per-layer slice counts that minimise each FF layer's simulated GeMM time on ``network``'s mesh, without
     its link overrides; ``progress`` hears (layers done, layers in all) as each layer's count is chosen."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     # one replica's GeMMs on one slice: its share of the batch, as the step simulates them
     replica = replace(spec, batch=spec.batch // (network.mapping.data * spec.dcn_slices))
     network = network.over(network.mapping.tensor_mapping)  # in a pod layout one replica's GeMMs
@@ -58,7 +57,7 @@ def best_slices(spec: StepSpec, network: Network,
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
 
     def time(problem: GemmProblem, params: GemmParams) -> float:
-        return simulate_gemm(problem, algorithm.name, params, network, fidelity=fidelity).time_s
+        return simulate_gemm(problem, algorithm, params, network, fidelity=fidelity).time_s
 
     chosen = []
     layers = block_layers(replica, mesh)
@@ -79,7 +78,7 @@ def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> Estima
     """What ``best_slices`` will cost on a layout of ``data`` replicas: every feasible count of every FF layer,
     three GeMMs each, at the spec's fidelity, on ``network`` (one replica's; ``gemm.estimate``)."""
     fidelity = spec.fidelity if spec.fidelity is not Fidelity.ANALYTIC else Fidelity.AUTO
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     cost = Estimate(0)
     for problems, options in _options(spec, network, data):
         for params in options:
@@ -91,7 +90,7 @@ def slice_search_estimate(spec: StepSpec, network: Network, data: int) -> Estima
 def likely_slices(spec: StepSpec, network: Network, data: int) -> tuple[int, ...]:
     """The counts ``best_slices`` will most likely choose, for estimating the step that follows: each FF layer's
     fastest by the closed forms (its smallest feasible count where a form is missing; 1 where none is)."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     chosen = []
     for problems, options in _options(spec, network, data):
         priced: list[tuple[float, int]] = []
@@ -106,7 +105,7 @@ def likely_slices(spec: StepSpec, network: Network, data: int) -> tuple[int, ...
 def _options(spec: StepSpec, network: Network, data: int) -> list[tuple[list[GemmProblem], list[GemmParams]]]:
     """Per FF layer of one of ``data`` replicas on ``network``: its three GeMMs and the feasible slice counts'
     parameters ``best_slices`` times them with."""
-    algorithm = get_algorithm(spec.algorithm)
+    algorithm = spec.algorithm
     replica = replace(spec, batch=spec.batch // (data * spec.dcn_slices))
     mesh = network.mapping.shape
     base = GemmParams(spec.prefetch, variant=spec.variant)

@@ -1,48 +1,87 @@
-"""What a tuning search is asked (``TuneSpec``) and what it settles from that before it enumerates a mesh
-(``Setting``): one slice's share of the chips and batch over DCN, the memory plan, the data degrees and the slice
-shapes searched."""
+"""What a tuning search is asked (``TuneSpec``: the tune request with what it names resolved) and what it settles
+from that before it enumerates a mesh (``Setting``): one slice's share of the chips and batch over DCN, the memory
+plan, the data degrees and the slice shapes searched."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
+
+from pydantic import PrivateAttr, model_validator
 
 from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.config.requests import EVERY_ZERO_STAGE, TuneRequest
+from tpusim.errors import UserError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.model.memory import MemoryPlan
-from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
+from tpusim.vocabulary import Activation, Prefetch
 
 REFINE_MESHES = 3
+TUNED_DTYPE = "bf16"
+"""The element type of every GeMM a search times (``precision`` int8 changes the rate, not the operands)."""
 
 
-@dataclass(frozen=True)
-class TuneSpec:
-    """What to tune for; ``batch`` defaults to the chip count, ``prefetch`` to the profile's default."""
+class TuneSpec(TuneRequest):
+    """A tune request as the search reads it: the options are the request's own fields (declared once, in
+    ``tpusim.config.requests``); ``model`` and ``hardware`` are the loaded objects, the profile scaled and switched
+    as asked, ``zero_stage`` is one stage (the runner tunes each stage of ``any`` in turn), and the algorithm named
+    is resolved once, by the runner (``tune_spec``), into ``gemm_algorithm``."""
 
-    model: TransformerModel
-    hardware: HardwareProfile
-    chips: int
-    algorithm: str = "meshslice"
-    batch: int | None = None
-    topology: str | None = None
-    prefetch: Prefetch | None = None
-    recompute: Recompute = Recompute.AUTO
-    remat_save: frozenset[Activation] = frozenset()  # under recompute custom (model.remat)
-    remat_offload: frozenset[Activation] = frozenset()
-    attention: Attention = Attention.UNFUSED
-    prefetch_window: int = 1
-    prefetch_budget: int | str | None = None
-    microbatches: int | None = None  # None: 1, or the fewest that fit (``model.memory.plan_memory``)
-    fidelity: Fidelity = Fidelity.AUTO
-    exhaustive: bool = False
-    ignore_memory: bool = False
-    allow_infeasible: bool = False
-    refine_meshes: int = REFINE_MESHES
-    dataflows: tuple[Dataflow, ...] = tuple(Dataflow)  # the per-layer dataflows to choose from
-    dtype: str = "bf16"
-    bytes_per_param: float = 16.0
-    dp: int | None = None  # the data-parallel degree D; None: every D the chips, batch and topology allow
-    zero_stage: int = 1  # how layouts with D > 1 shard the model state (model.data_parallel)
-    dcn_slices: int = 1  # slices over DCN (a dcn_data axis): ``chips`` and ``batch`` are those of every slice
+    _algorithm: GemmAlgorithm | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _resolved(self) -> Self:
+        if not isinstance(self.model, TransformerModel) or not isinstance(self.hardware, HardwareProfile):
+            raise UserError("a TuneSpec takes the loaded model and hardware profile, not their names "
+                            "(tpusim.api.tune and the runner resolve a request's names)")
+        if self.zero_stage == EVERY_ZERO_STAGE:
+            raise UserError("a TuneSpec searches one ZeRO stage; the runner tunes each stage of 'any' in turn")
+        return self
+
+    @property
+    def gemm_algorithm(self) -> GemmAlgorithm:
+        """The algorithm tuned, as resolved from its name (``tune_spec``)."""
+        if self._algorithm is None:
+            raise UserError(f"a TuneSpec has its algorithm {self.algorithm!r} resolved by tune_spec")
+        return self._algorithm
+
+    @property
+    def transformer(self) -> TransformerModel:
+        """The model tuned for."""
+        assert isinstance(self.model, TransformerModel)  # _resolved
+        return self.model
+
+    @property
+    def profile(self) -> HardwareProfile:
+        """The hardware tuned on, as scaled and switched by the request."""
+        assert isinstance(self.hardware, HardwareProfile)  # _resolved
+        return self.hardware
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage of layouts with D > 1 replicas."""
+        assert isinstance(self.zero_stage, int)  # _resolved
+        return self.zero_stage
+
+    @property
+    def dcn_slices(self) -> int:
+        """Slices over DCN (a dcn_data axis): ``chips`` and ``batch`` are those of every slice."""
+        return self.dcn_data
+
+    @property
+    def remat(self) -> tuple[frozenset[Activation], frozenset[Activation]]:
+        """The activations saved in HBM and those offloaded to host memory, under recompute custom."""
+        return frozenset(self.remat_save), frozenset(self.remat_offload)
+
+
+def tune_spec(request: TuneRequest, model: TransformerModel, hardware: HardwareProfile,
+              algorithm: GemmAlgorithm) -> TuneSpec:
+    """``request`` with its model, hardware and algorithm resolved (the one way to make a ``TuneSpec``)."""
+    fields = {name: getattr(request, name) for name in TuneRequest.model_fields}
+    spec = TuneSpec.model_validate({**fields, "kind": "tune", "model": model, "hardware": hardware,
+                                    "algorithm": algorithm.name})
+    spec._algorithm = algorithm
+    return spec
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ all-gather in ``bidirectional-halves``, follows the prefetch policy like every a
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from tpusim.collectives.device import Device
@@ -57,6 +58,7 @@ def variant_of(params: GemmParams) -> str:
 class Cannon(GemmAlgorithm):
     name = "cannon"
     summary = "Cannon: skewed blocks (and LS/RS partial outputs) shifted one hop per step; square meshes"
+    takes = MappingProxyType({"variant": "how its blocks travel"})
     variants = (TEXTBOOK, HALVES)
 
     def symmetric_safe(self, params: GemmParams, rank_independent: bool) -> bool:

@@ -19,6 +19,7 @@ reduce-scatter is issued as soon as its GeMM finishes. The pipeline is itself th
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import numpy as np
 import simpy
@@ -58,7 +59,8 @@ def divisors(n: int) -> list[int]:
 class MeshSlice(GemmAlgorithm):
     name = "meshslice"
     summary = "MeshSlice: S strided partial collectives per axis, software-pipelined against sliced GeMMs"
-    uses_slices = True
+    takes = MappingProxyType({"slices": "its slice count S", "block": "the run length of its strided slices",
+                              "compat_mean_overlap": "its twin's (a+b)/2 rule for concurrent collectives"})
 
     def slice_options(self, problem: GemmProblem, mesh: tuple[int, int], params: GemmParams) -> list[int]:
         """Every slice count S with the sliced global dimension D divisible by lcm(R, C) x block x S

@@ -20,6 +20,7 @@ and ``window`` policies it may start before the GeMM does (docs/algorithms.md#pr
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import simpy
 
@@ -71,7 +72,7 @@ def owners(step: int, steps: int, size: int) -> tuple[list[int], int, int]:
 class Summa(GemmAlgorithm):
     name = "summa"
     summary = "SUMMA: S <= lcm(R, C) panel broadcasts (and, LS/RS, panel reduces) pipelined against panel GeMMs"
-    uses_slices = True
+    takes = MappingProxyType({"slices": "its panel count S"})
 
     def symmetric_safe(self, params: GemmParams, rank_independent: bool) -> bool:
         # rotating roots: where the root matters, each rank receives a broadcast at its own time
