@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.model.memory import MemoryPlan
@@ -60,6 +61,7 @@ class Setting:
     open_choice: bool  # the request left recomputation or the micro-batch count to the memory plan
     dp: int | None  # the data-parallel degree searched; None: every one the chips and batch allow
     shapes: list[str | None]  # the slice shapes searched (``shapes``)
+    network: Network  # the request's model (its profile on the search's context); candidates derive theirs
 
     @property
     def micro(self) -> int:
