@@ -65,7 +65,7 @@ def test_closing_the_pool_does_not_wait_for_a_step_the_search_gave_up() -> None:
     from concurrent.futures import CancelledError
     from concurrent.futures.process import BrokenProcessPool
 
-    from tpusim.collectives.network import place_mesh
+    from tpusim.collectives.factory import network_for, place_mesh
     from tpusim.model.step import StepSpec
     from tpusim.tuning.parallel import SimulationPool
     from tpusim.vocabulary import Fidelity
@@ -74,7 +74,7 @@ def test_closing_the_pool_does_not_wait_for_a_step_the_search_gave_up() -> None:
     # about a minute of full-fidelity simulation: far longer than submitting it and closing the pool
     spec = StepSpec(load_model("llama2-7b"), get_algorithm("wang"), 16, fidelity=Fidelity.FULL, extrapolate=False)
     pool = SimulationPool(2, None)
-    future = pool.step(spec, hardware, place_mesh(hardware, 4, 4), [])
+    future = pool.step(spec, network_for(hardware, place_mesh(hardware, 4, 4)), [])
     pool.close()
     assert future.done()
     with pytest.raises((BrokenProcessPool, CancelledError)):  # ended while it ran, or before a worker took it

@@ -2,8 +2,10 @@
 
 Each kind of profile has its backend in its own package (``tpusim.collectives.physical``,
 ``tpusim.collectives.calibrated``), behind the interface of ``tpusim.collectives.network``. A request's model is
-built here once, by the runner (``tpusim.experiments.runners``), and every layer below takes it; ``place_mesh``
-lays a logical mesh on the kind of network before a model exists.
+built here once, by the runner (``tpusim.experiments.runners``) or the tuner for its request, and every layer below
+takes it, deriving other placements of the same profile from it (``Network.over``): ``network_for`` is the one
+function given a profile and a mapping as two arguments. ``place_mesh`` lays a logical mesh on the kind of network
+before a model exists.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tpusim.collectives.calibrated import CalibratedNetwork
-from tpusim.collectives.network import Network
+from tpusim.collectives.network import Network, Placement
 from tpusim.collectives.physical import PhysicalNetwork
 from tpusim.config import CalibratedProfile, HardwareProfile, PhysicalProfile
 from tpusim.engine.context import Context
@@ -32,7 +34,7 @@ def _kind(hardware: HardwareProfile) -> type[PhysicalNetwork] | type[CalibratedN
 def network_for(hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
                 link_overrides: Mapping[int, LinkOverride] | None = None) -> Network:
     """The network model ``hardware`` describes, over ``mapping``."""
-    return _kind(hardware)(hardware, mapping, context=context, link_overrides=link_overrides)
+    return _kind(hardware)(Placement(hardware, mapping, context, link_overrides or {}))
 
 
 def takes_data_axis(hardware: HardwareProfile) -> bool:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,7 +30,21 @@ from tpusim.engine.links import LinkArray, LinkOverride
 from tpusim.engine.simulation import RankDone, Simulation
 from tpusim.topology import MeshMapping
 
-__all__ = ["LinkTotals", "Network", "RankDone"]
+__all__ = ["LinkTotals", "Network", "Placement", "RankDone"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a network model is built from, as one value: the profile, the logical mesh placed on its network, the
+    context its plans are memoised on (None: a fresh one) and per-link overrides. Built by the factory
+    (``tpusim.collectives.factory``) and derived by ``Network.over``, so the profile and its placement travel
+    together."""
+
+    hardware: HardwareProfile
+    mapping: MeshMapping
+    context: Context | None = None
+    link_overrides: Mapping[int, LinkOverride] = field(default_factory=dict)
+
 
 @dataclass(frozen=True)
 class LinkTotals:
@@ -60,20 +74,32 @@ class Network(ABC):
     charges_dma: ClassVar[bool]
     """Whether the network's DMA is charged to the chips' HBM (a network without links has no DMA to charge)."""
 
-    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
-                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
-        self.hardware = hardware
-        self.mapping = mapping
-        self.context = context if context is not None else Context()
-        self.link_overrides = dict(link_overrides or {})
+    def __init__(self, placement: Placement) -> None:
+        self.hardware = placement.hardware
+        self.mapping = placement.mapping
+        self.context = placement.context if placement.context is not None else Context()
+        self.link_overrides = dict(placement.link_overrides)
 
-    def over(self, mapping: MeshMapping) -> Network:
-        """The model of the same profile over another placement, on the same context, without link overrides
-        (which name this placement's links): one replica's R x C mesh of a pod layout, or the one-hop relaxation
-        the tuner bounds multi-hop embeddings with. This model where it already is that one."""
-        if mapping is self.mapping and not self.link_overrides:
+    def over(self, mapping: MeshMapping, *, context: Context | None = None) -> Network:
+        """The model of the same profile over another placement (any mapping ``place`` made for this profile, of
+        any slice shape), on ``context`` (default: this model's), without link overrides (which name this
+        placement's links): one replica's R x C mesh of a pod layout, the one-hop relaxation the tuner bounds
+        multi-hop embeddings with, or a candidate mesh of the tuner. This model where it already is that one."""
+        context = context if context is not None else self.context
+        if mapping is self.mapping and context is self.context and not self.link_overrides:
             return self
-        return type(self)(self.hardware, mapping, context=self.context)
+        return type(self)(Placement(self.hardware, mapping, context))
+
+    def on(self, context: Context) -> Network:
+        """This model on ``context`` (a worker process's, holding its caches), link overrides and all."""
+        if context is self.context:
+            return self
+        return type(self)(Placement(self.hardware, self.mapping, context, self.link_overrides))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A model pickles as its placement without the context, which holds one process's caches: a worker process
+        rebuilds the model on a fresh context and puts it on its own with ``on``."""
+        return type(self), (Placement(self.hardware, self.mapping, None, self.link_overrides),)
 
     @classmethod
     @abstractmethod

@@ -13,24 +13,27 @@ from __future__ import annotations
 
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.dcn import dcn_twin
-from tpusim.config import HardwareProfile, TransformerModel
+from tpusim.collectives.network import Network
+from tpusim.config import TransformerModel
 from tpusim.engine.context import Context
 from tpusim.model.data_parallel import DATA_AXIS, SYNCED_DTYPE, DataSyncOp, data_parallel_plan
-from tpusim.tuning.space import MeshCandidate, candidate_network
+from tpusim.tuning.space import MeshCandidate
 from tpusim.units import dtype_bytes
 
 __all__ = ["data_parallel_tail"]
 
 
-def data_parallel_tail(candidate: MeshCandidate, hardware: HardwareProfile, model: TransformerModel,
+def data_parallel_tail(candidate: MeshCandidate, request: Network, model: TransformerModel,
                        zero_stage: int, dcn_slices: int = 1) -> float:
     """Seconds per step of ``candidate``'s data-parallel collectives the ranking assumes exposed (0 for one replica
-    on one slice), on each of ``dcn_slices`` slices."""
+    on one slice), on each of ``dcn_slices`` slices; ``request`` is the request's model, whose placement of the
+    candidate prices them."""
+    hardware = request.hardware
     plan = data_parallel_plan(model, candidate.mesh, candidate.data, zero_stage, dcn_slices=dcn_slices,
                               combine_bytes=hardware.combine_threshold)
     if plan is None:
         return 0.0
-    network = candidate_network(hardware, candidate.mapping, Context())
+    network = request.over(candidate.mapping, context=Context())
 
     def twin(op: DataSyncOp) -> float:
         if op.collective is None:  # nothing on the data axis (the tuner's layouts are of one slice)

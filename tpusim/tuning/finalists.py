@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Protocol
 from tpusim.model.step import StepResult, StepSpec, simulate_step
 from tpusim.tuning.dp import Plan
 from tpusim.tuning.result import Choice
-from tpusim.tuning.space import candidate_network
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from tpusim.engine.context import Context
+    from tpusim.collectives.network import Network
     from tpusim.tuning.layer_costs import PricingContext
     from tpusim.tuning.parallel import Entries, SimulationPool
     from tpusim.tuning.space import MeshCandidate
@@ -47,7 +46,7 @@ class Searched(Protocol):
     simulations: Entries
 
     @property
-    def step_context(self) -> Context: ...
+    def step_network(self) -> Network: ...
 
     def plans(self, simulated: bool, keep: int) -> list[Plan]: ...
 
@@ -96,9 +95,7 @@ def step_spec(finalist: Finalist, spec: StepSpec) -> StepSpec:
 
 
 def _simulate(finalist: Finalist, spec: StepSpec) -> StepResult:
-    search = finalist.search
-    network = candidate_network(search.context.hardware, search.candidate.mapping, search.step_context)
-    return simulate_step(step_spec(finalist, spec), network)
+    return simulate_step(step_spec(finalist, spec), finalist.search.step_network)
 
 
 def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], spec: StepSpec,
@@ -108,7 +105,7 @@ def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], s
     the earlier finalist), and those left untimed because their ops alone reach the fastest step."""
     order = sorted(finalists, key=lambda f: (ops_bound(f.plan, spec, layers), f.key))
     futures: list[Future[StepResult] | None] = [
-        pool.step(step_spec(f, spec), f.search.context.hardware, f.search.candidate.mapping, f.search.simulations)
+        pool.step(step_spec(f, spec), f.search.step_network, f.search.simulations)
         if pool is not None and number > 0 else None for number, f in enumerate(order)]
     timed: list[Timed] = []
     untimed: list[Finalist] = []

@@ -100,12 +100,16 @@ class CostCache:
 class PricingContext:
     """What every price of one search shares."""
 
-    hardware: HardwareProfile
+    network: Network  # the request's model: each mesh prices on its own placement of it (``Network.over``)
     algorithm: GemmAlgorithm
     base: GemmParams  # prefetch, block and variant; the slice count comes from each option
     dtype: str
     fidelity: Fidelity  # of the DES prices (auto resolves per GeMM: symmetric where exact)
     multiplicity: tuple[tuple[str, Pass, int], ...]  # how often each layer's pass runs in one step layer
+
+    @property
+    def hardware(self) -> HardwareProfile:
+        return self.network.hardware
 
     @property
     def hardware_key(self) -> str:

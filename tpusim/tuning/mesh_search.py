@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tpusim.collectives.network import Network
 from tpusim.engine.context import Context
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
@@ -24,7 +25,7 @@ from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
 from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin
 from tpusim.tuning.parallel import Entries
 from tpusim.tuning.result import MeshReport
-from tpusim.tuning.space import LayerOption, MeshCandidate, candidate_network, layer_options
+from tpusim.tuning.space import LayerOption, MeshCandidate, layer_options
 from tpusim.vocabulary import Dataflow, Fidelity
 
 OPTION_MARGIN = 0.05  # another dataflow this close to a chosen option's twin is simulated too
@@ -41,8 +42,8 @@ class MeshSearch:
         self.dataflows = dataflows
         self.layers = layers
         self.context = context
-        self.pricer = LayerPricer(context, candidate_network(context.hardware, candidate.mapping.tensor_mapping,
-                                                             cache.context), cache)
+        self.pricer = LayerPricer(context, context.network.over(candidate.mapping.tensor_mapping,
+                                                                context=cache.context), cache)
         self.tail = 0.0  # seconds per step of data-parallel synchronisation the ranking charges (``data_tail``)
         self.spec = spec
         self.flips = flips
@@ -60,6 +61,11 @@ class MeshSearch:
     def step_context(self) -> Context:
         """Where whole steps on this mesh are simulated: the search's context, holding its GeMM timings."""
         return self.pricer.cache.context
+
+    @property
+    def step_network(self) -> Network:
+        """The model whole steps on this mesh run on: the candidate's whole layout, on ``step_context``."""
+        return self.context.network.over(self.candidate.mapping, context=self.step_context)
 
     @property
     def starts(self) -> tuple[bool, ...]:

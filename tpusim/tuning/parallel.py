@@ -7,7 +7,8 @@ simulates its share of every mesh in one context (so a worker reuses its timings
 does), stores the prices in its cost cache and then runs unchanged, so its result is the same as with one process.
 Each task simulates in a context of
 its own, sharing only the disk cache folder when one is named; a simulation is deterministic, so no price
-depends on which process or which cache produced it.
+depends on which process or which cache produced it. A task carries each mesh's network model, which pickles
+without its context (``Network.__reduce__``), and puts it on the task's context (``Network.on``).
 
 Workers are forked from a server that has imported tpusim once (``forkserver``): they start in milliseconds
 and inherit no state of the calling process (threads, open files, caches); the server's import of the algorithm
@@ -32,7 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpusim.config import HardwareProfile
+from tpusim.collectives.network import Network
 from tpusim.engine.context import Context
 from tpusim.engine.lifetime import Lifeline, deaf_children, hold, ignore_interrupts
 from tpusim.engine.signals import interrupts_deferred
@@ -41,8 +42,6 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.step import StepResult, StepSpec, simulate_step
-from tpusim.topology import MeshMapping
-from tpusim.tuning.space import candidate_network
 from tpusim.vocabulary import Fidelity
 
 if TYPE_CHECKING:
@@ -67,8 +66,8 @@ Entries = list[tuple[str, dict[str, Any]]]
 """Timing-cache entries (``engine.cache``) a task computed, for the caller's context to adopt."""
 
 
-Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], GemmAlgorithm, HardwareProfile, MeshMapping, Fidelity]
-"""GeMMs of one mesh: (problem, parameters) each, the algorithm, the profile, the mesh's mapping and the fidelity."""
+Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], GemmAlgorithm, Network, Fidelity]
+"""GeMMs of one mesh: (problem, parameters) each, the algorithm, the mesh's network model and the fidelity."""
 
 
 def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list[list[float]], Entries]:
@@ -76,19 +75,18 @@ def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list
     timings it made for the others, as the search does in one process."""
     context = Context.with_cache(folder)
     times = []
-    for jobs, algorithm, hardware, mapping, fidelity in groups:
-        network = candidate_network(hardware, mapping, context)
-        times.append([simulate_gemm(problem, algorithm, params, network, fidelity=fidelity).time_s
+    for jobs, algorithm, network, fidelity in groups:
+        placed = network.on(context)
+        times.append([simulate_gemm(problem, algorithm, params, placed, fidelity=fidelity).time_s
                       for problem, params in jobs])
     return times, list(context.timings.memory.items())
 
 
-def _simulate_step(spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping, folder: Path | None,
-                   entries: Entries) -> StepResult:
-    """The whole step, reusing ``entries`` (the GeMMs priced on its mesh)."""
+def _simulate_step(spec: StepSpec, network: Network, folder: Path | None, entries: Entries) -> StepResult:
+    """The whole step on ``network``, reusing ``entries`` (the GeMMs priced on its mesh)."""
     context = Context.with_cache(folder)
     context.timings.adopt(entries)
-    return simulate_step(spec, candidate_network(hardware, mapping, context))
+    return simulate_step(spec, network.on(context))
 
 
 def _grouped(groups: Sequence[Group], folder: Path | None) -> tuple[list[float], Entries]:
@@ -143,26 +141,25 @@ class SimulationPool:
             raise
 
     def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], GemmAlgorithm,
-                                                  HardwareProfile, MeshMapping, Fidelity]]) -> PendingTimes:
+                                                  Network, Fidelity]]) -> PendingTimes:
         """Submit the GeMMs of several meshes (each group under the caller's keys) as one task per worker: each
         worker takes every ``workers``-th GeMM of every mesh (neighbouring options cost alike), so a worker is sent
         its whole share once and reuses, in one context, what it simulated for one mesh on the next."""
         parts = []
         for first in range(self.workers):
-            shares = [(list(jobs[first::self.workers]), algorithm, hardware, mapping, fidelity)
-                      for jobs, algorithm, hardware, mapping, fidelity in groups]
+            shares = [(list(jobs[first::self.workers]), algorithm, network, fidelity)
+                      for jobs, algorithm, network, fidelity in groups]
             shares = [share for share in shares if share[0]]
             if shares:
-                future = self._executor.submit(_grouped, [([(p, q) for _, p, q in jobs], algorithm, hardware, mapping,
-                                                           fidelity) for jobs, algorithm, hardware, mapping, fidelity
-                                                          in shares], self.folder)
+                future = self._executor.submit(_grouped, [([(p, q) for _, p, q in jobs], algorithm, network, fidelity)
+                                                          for jobs, algorithm, network, fidelity in shares],
+                                               self.folder)
                 self._submitted.append(future)
                 parts.append(([key for jobs, *_ in shares for key, _, _ in jobs], future))
         return PendingTimes(parts)
 
-    def step(self, spec: StepSpec, hardware: HardwareProfile, mapping: MeshMapping,
-             entries: Entries) -> Future[StepResult]:
-        future = self._executor.submit(_simulate_step, spec, hardware, mapping, self.folder, entries)
+    def step(self, spec: StepSpec, network: Network, entries: Entries) -> Future[StepResult]:
+        future = self._executor.submit(_simulate_step, spec, network, self.folder, entries)
         self._submitted.append(future)
         return future
 

@@ -40,7 +40,7 @@ def mesh_searches(setting: Setting, candidates: list[MeshCandidate], limits: dic
         # one replica's share of the micro-batch: its GeMM shapes, pass counts and non-FF ops
         spec = replica_spec(setting, setting.micro // data)
         among = [c for c in candidates if c.data == data]
-        pricing = PricingContext(request.profile, algorithm, GemmParams(setting.prefetch), TUNED_DTYPE,
+        pricing = PricingContext(setting.network, algorithm, GemmParams(setting.prefetch), TUNED_DTYPE,
                                  request.fidelity, pass_multiplicity(spec, among[0].mesh))
         for candidate in among:
             # the QKV GeMM's width depends on the feature split where K / V heads are replicated
@@ -48,7 +48,7 @@ def mesh_searches(setting: Setting, candidates: list[MeshCandidate], limits: dic
                                feature_parts=parts_for(candidate.mesh, algorithm.parallelism)[1])
             search = MeshSearch(candidate, layers, pricing, cache, spec, flips, request.dataflows,
                                 limits[candidate.key])
-            search.tail = data_parallel_tail(candidate, request.profile, request.transformer, request.stage,
+            search.tail = data_parallel_tail(candidate, setting.network, request.transformer, request.stage,
                                              request.dcn_slices)
             searches.append(search)
     return searches

@@ -41,8 +41,8 @@ def refine(refined: Sequence[MeshSearch], pool: SimulationPool | None, reports: 
 
 def submit(pool: SimulationPool, searches: Sequence[MeshSearch]) -> PendingTimes:
     """Hand the GeMMs the meshes' DES-priced DPs will simulate to the worker processes, in one batch."""
-    return pool.gemm_groups([(search.unsimulated(), search.context.algorithm, search.context.hardware,
-                              search.candidate.mapping.tensor_mapping, search.context.fidelity)
+    return pool.gemm_groups([(search.unsimulated(), search.context.algorithm, search.pricer.network,
+                              search.context.fidelity)
                              for search in searches])
 
 

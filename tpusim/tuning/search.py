@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from tpusim.collectives.factory import place_mesh, takes_data_axis
+from tpusim.collectives.factory import network_for, place_mesh, takes_data_axis
 from tpusim.config.options import WorkerOptions
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
@@ -102,7 +102,7 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     say = progress if progress is not None else _silent
     count = stages if stages is not None else _uncounted
     notes: list[str] = []
-    setting = _settle(request, past, notes)
+    setting = _settle(request, past, notes, cache.context)
     request, layers, names = setting.request, setting.request.transformer.layers, MeshNames(setting.shapes)
     candidates, rejected, limits = admitted(setting, notes)
     searches = simulable(mesh_searches(setting, candidates, limits, cache), rejected, notes)
@@ -133,9 +133,10 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     return _result(setting, (best, runner), searches, timed, reports, notes, whole)
 
 
-def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: list[str]) -> Setting:
+def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: list[str], context: Context) -> Setting:
     """What the search settles before it enumerates a mesh; what no layout can change fails here, once. ``past``
-    are the open memory choices already passed over (``gates.Overflowed``)."""
+    are the open memory choices already passed over (``gates.Overflowed``); the request's network model is on
+    ``context``, the search's."""
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
@@ -145,7 +146,8 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
     # the search is one slice's: every slice runs the same layout on its share of the batch (docs/network.md#dcn)
     chips, batch = _one_slice(request, whole_batch)
     # a topology the network cannot take, or a chip count with no slice of the generation, fails here, once
-    place_mesh(hardware, chips, 1, topology=request.topology)
+    # (the request's model, over that placement: every candidate's model is derived from it with ``over``)
+    network = network_for(hardware, place_mesh(hardware, chips, 1, topology=request.topology), context=context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     budget = prefetch_budget(prefetch, request.prefetch_budget)
     # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
@@ -165,7 +167,7 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
                               "such as 'tpuv4', or --dp 1")
     dp = request.dp if request.dp is not None or takes_data_axis(hardware) else 1
     return Setting(settled, algorithm, whole_batch, chips, batch, prefetch, budget, memory, open_choice, dp,
-                   searched_shapes(request.topology, hardware, chips))
+                   searched_shapes(request.topology, hardware, chips), network)
 
 
 def _one_slice(request: TuneSpec, batch: int) -> tuple[int, int]:

@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from tpusim.collectives.factory import network_for, place_mesh
-from tpusim.collectives.network import Network
+from tpusim.collectives.factory import place_mesh
 from tpusim.config import HardwareProfile, TransformerModel
-from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError, TopologyError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
@@ -177,12 +175,6 @@ def feasible_slices(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem], m
     """``base`` at each slice count (ascending) with which every one of ``problems`` runs on ``mesh``."""
     every = (replace(base, slices=k) for k in slice_counts(algorithm, list(problems), mesh, base))
     return [params for params in every if runs(algorithm, problems, mesh, params)]
-
-
-def candidate_network(hardware: HardwareProfile, mapping: MeshMapping, context: Context) -> Network:
-    """The network model of a candidate placement, on ``context`` (the search's, or a worker's): the one place the
-    tuner and its worker processes build a model; everything they price then takes it."""
-    return network_for(hardware, mapping, context=context)
 
 
 def runs(algorithm: GemmAlgorithm, problems: Sequence[GemmProblem], mesh: tuple[int, int],

@@ -9,6 +9,7 @@ from typing import Self
 
 from pydantic import PrivateAttr, model_validator
 
+from tpusim.collectives.network import Network
 from tpusim.config import HardwareProfile, TransformerModel
 from tpusim.config.requests import EVERY_ZERO_STAGE, TuneRequest
 from tpusim.errors import UserError
@@ -99,6 +100,7 @@ class Setting:
     open_choice: bool  # the request left recomputation or the micro-batch count to the memory plan
     dp: int | None  # the data-parallel degree searched; None: every one the chips and batch allow
     shapes: list[str | None]  # the slice shapes searched (``shapes``)
+    network: Network  # the request's model (its profile on the search's context); candidates derive theirs
 
     @property
     def micro(self) -> int:

@@ -10,14 +10,12 @@ collectives do not queue, and every member of a group finishes together. The cha
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from tpusim.collectives.calibrated.closed_forms import calibrated_time, channels
 from tpusim.collectives.call import CollectiveCall
-from tpusim.collectives.network import Network, RankDone
+from tpusim.collectives.network import Network, Placement, RankDone
 from tpusim.config import CalibratedProfile, HardwareProfile
-from tpusim.engine.context import Context
-from tpusim.engine.links import LinkOverride
 from tpusim.engine.simulation import Simulation
 from tpusim.errors import TopologyError
 from tpusim.topology import MeshMapping, abstract_mesh
@@ -35,9 +33,9 @@ class CalibratedNetwork(Network):
     data_axis = False
     charges_dma = False
 
-    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
-                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
-        super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        hardware = placement.hardware
         assert isinstance(hardware, CalibratedProfile)
         self.profile: CalibratedProfile = hardware
         # each call's duration on a group and the channels it holds, as computed (they depend on the model only)

@@ -15,7 +15,7 @@ dimensional schedules; the links' state of one run is the ``Simulation``'s (``id
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,12 +25,11 @@ from tpusim.collectives.batch import Program, merge_phases
 from tpusim.collectives.call import CollectiveCall, PhysicalCosts, RingShape
 from tpusim.collectives.dimensional import DIMENSIONAL_OPS, Dimensional
 from tpusim.collectives.executor import HbmCharges, execute_program
-from tpusim.collectives.network import Network, RankDone
+from tpusim.collectives.network import Network, Placement, RankDone
 from tpusim.collectives.operations import operation
 from tpusim.collectives.plans import Plan
 from tpusim.config import HardwareProfile, PhysicalProfile
-from tpusim.engine.context import Context
-from tpusim.engine.links import LinkArray, LinkOverride
+from tpusim.engine.links import LinkArray
 from tpusim.engine.simulation import Simulation
 from tpusim.hardware.chip import ChipModel
 from tpusim.topology import MeshMapping, default_slice, map_mesh, parse_topology
@@ -55,9 +54,9 @@ class PhysicalNetwork(Network):
     data_axis = True
     charges_dma = True
 
-    def __init__(self, hardware: HardwareProfile, mapping: MeshMapping, *, context: Context | None = None,
-                 link_overrides: Mapping[int, LinkOverride] | None = None) -> None:
-        super().__init__(hardware, mapping, context=context, link_overrides=link_overrides)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        hardware, mapping = placement.hardware, placement.mapping
         assert isinstance(hardware, PhysicalProfile)
         self.profile: PhysicalProfile = hardware
         topology = mapping.topology
