@@ -61,8 +61,8 @@ def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
     roots: list[np.ndarray] = []
     base = 0
     total = sum(len(plan.src) for phases in per_group for plan in phases)
-    itype = index_type(total, size * len(per_group), *(int(plan.route.max(initial=0)) + 1
-                                                        for phases in per_group for plan in phases))
+    # messages and ranks are renumbered here; routes keep the link ids (and the index type) of their plans
+    itype = index_type(total, size * len(per_group))
     for slot, phases in enumerate(per_group):
         used = [plan for plan in phases if len(plan.src)]
         previous_gate = -1
