@@ -551,7 +551,7 @@ def _arrange(kind: type[Request], order: str, **specialised: tuple[Any, str]) ->
         fields[name].default, fields[name].description = default, description
     kind.model_fields.clear()
     kind.model_fields.update(fields)
-    kind.model_rebuild(force=True)
+    kind.__pydantic_complete__ = False  # built on first use with these fields (defer_build), not at import
 
 
 class CollectiveRequest(_OnMesh):
