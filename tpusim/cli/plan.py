@@ -66,11 +66,13 @@ def _print(result: PlanResult) -> None:
     # the slice each configuration is placed on, where there is one (a calibrated profile has none)
     placed = any(c.slice_shape is not None for c in result.candidates)
     rows: list[tuple[str, ...]] = [("", "algorithm", "layout", "configuration", *(("slice",) if placed else ()),
-                                    "step time", "tokens/s", "MFU", "memory/chip", "bound")]
+                                    "step time", "tokens/s", "MFU", "memory/chip", "recompute", "micro-batches",
+                                    "bound")]
     for rank, c in enumerate(result.candidates, start=1):
         shape = (c.slice_shape or "-",) if placed else ()
         rows.append((str(rank), c.algorithm or "-", c.layout, c.named_layout, *shape, format_time(c.step_time_s),
-                     f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.bound))
+                     f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}", f"{c.memory_bytes_per_chip / GB:.2f} GB", c.recompute,
+                     str(c.microbatches), c.bound))
     print_table(rows)
 
 

@@ -61,6 +61,8 @@ class Candidate:
     dataflows: list[str]
     transposes: list[bool]
     slices: list[int | None]
+    microbatches: int
+    recompute: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,7 +93,8 @@ def candidate_of(choice: Choice, zero_stage: int) -> Candidate:
         step_time_s=choice.step_time_s, tokens_per_s=choice.tokens_per_s, mfu=choice.mfu,
         memory_bytes_per_chip=choice.memory_bytes_per_chip, feasible=choice.feasible and choice.memory_feasible,
         bound=str(bound), compute_s=choice.compute_s, exposed_comm_s=choice.exposed_comm_s,
-        dataflows=list(choice.dataflows), transposes=list(choice.transposes), slices=list(choice.slices))
+        dataflows=list(choice.dataflows), transposes=list(choice.transposes), slices=list(choice.slices),
+        microbatches=choice.microbatches, recompute=choice.recompute)
 
 
 def fastest_per_kind(candidates: Iterable[Candidate]) -> list[Candidate]:

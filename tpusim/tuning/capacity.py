@@ -30,6 +30,8 @@ class PanelLimit:
 
     panels: float | None
     hoisted: float
+    counted: bool = True  # False: the rest of the working set alone overflows, so no panels were counted
+
 
     def admits(self, panels: float) -> bool:
         return self.panels is None or panels <= self.panels
@@ -41,7 +43,7 @@ def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, reco
                 remat: tuple[frozenset[Activation], frozenset[Activation]] = (frozenset(), frozenset()), *,
                 algorithm: GemmAlgorithm, prefetch: Prefetch, window: PrefetchWindow, dtype: str,
                 attention: Attention = Attention.UNFUSED, microbatches: int = 1,
-                ignore_memory: bool = False) -> tuple[MemoryEstimate, PanelLimit]:
+                ignore_memory: bool = False, exact: bool = True) -> tuple[MemoryEstimate, PanelLimit]:
     """Per-chip memory of a candidate mesh (``data`` replicas of it, model state sharded as ZeRO ``zero_stage``
     says; ``batch`` is one micro-batch of ``microbatches``; ``remat`` the activations saved and offloaded under
     recompute custom), and the limit its layer options' GeMM panels must keep to (``PanelLimit``).
@@ -49,7 +51,8 @@ def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, reco
     Everything but the panels shards over the R x C chips of a replica whatever the shape. The panels are those
     of the largest option the limit admits of any FF layer, with the most the prefetch policy hoists beside it:
     no less than any plan the search can then build from admitted options (``mesh_panels``). A layer none of
-    whose options is admitted makes the mesh infeasible by its smallest.
+    whose options is admitted makes the mesh infeasible by its smallest. Unless ``exact``, a mesh whose working
+    set overflows without panels is reported at that figure, its panels not counted (the tuner's cheap first look).
     """
     def estimate(panels: float) -> MemoryEstimate:
         return estimate_memory(model, data * mesh[0] * mesh[1], batch, recompute, hardware.chip.usable_hbm,
@@ -59,6 +62,8 @@ def mesh_memory(model: TransformerModel, mesh: tuple[int, int], batch: int, reco
                                combine_bytes=hardware.combine_threshold, panel_bytes=panels)
 
     rest = estimate(0.0)
+    if not exact and not ignore_memory and not rest.feasible:
+        return rest, PanelLimit(-1.0, 0.0, counted=False)
     options = mesh_panels(model, mesh, batch // data * model.sequence, algorithm, GemmParams(prefetch), dtype)
     figures = sorted(figure for layer in options for figure in layer)
 

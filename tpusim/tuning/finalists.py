@@ -44,6 +44,7 @@ class Searched(Protocol):
     context: PricingContext
     tail: float
     simulations: Entries
+    whole: StepSpec  # the whole step its plans are timed as
 
     @property
     def step_network(self) -> Network: ...
@@ -76,48 +77,54 @@ class Timed:
         return self.result.step_time_s
 
 
-def ops_bound(plan: Plan, spec: StepSpec, layers: int) -> float:
-    """The least a whole step of ``plan`` can take: its priced ops over every layer and micro-batch."""
-    return plan.cost * layers * spec.microbatches
+def ops_bound(plan: Plan, search: Searched, layers: int) -> float:
+    """The least a whole step of ``plan`` (of ``search``'s mesh) can take: its priced ops over every layer and
+    micro-batch."""
+    return plan.cost * layers * search.whole.microbatches
 
 
-def estimate(finalist: Finalist, spec: StepSpec, layers: int) -> float:
+def estimate(finalist: Finalist, layers: int) -> float:
     """The search's estimate of a finalist's whole step: its ops plus the closed-form data-parallel tail."""
-    return ops_bound(finalist.plan, spec, layers) + finalist.search.tail
+    return ops_bound(finalist.plan, finalist.search, layers) + finalist.search.tail
 
 
-def step_spec(finalist: Finalist, spec: StepSpec) -> StepSpec:
+def bound(finalist: Finalist, layers: int) -> float:
+    """``ops_bound`` of a finalist."""
+    return ops_bound(finalist.plan, finalist.search, layers)
+
+
+def step_spec(finalist: Finalist) -> StepSpec:
     """The whole step of a finalist's plan."""
     plan, uses_slices = finalist.plan, finalist.search.context.algorithm.uses_slices
-    return replace(spec, dataflows=tuple(o.dataflow for o in plan.options),
+    return replace(finalist.search.whole, dataflows=tuple(o.dataflow for o in plan.options),
                    transposes=tuple(o.transpose for o in plan.options),
                    slices=tuple(o.slices for o in plan.options) if uses_slices else None)
 
 
-def _simulate(finalist: Finalist, spec: StepSpec) -> StepResult:
-    return simulate_step(step_spec(finalist, spec), finalist.search.step_network)
+def _simulate(finalist: Finalist) -> StepResult:
+    return simulate_step(step_spec(finalist), finalist.search.step_network)
 
 
-def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist], spec: StepSpec,
+def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist],
                    layers: int) -> tuple[list[Timed], list[Finalist]]:
     """Time each finalist that can still win as a whole step, in increasing order of its bound (the first in this
     process, the others meanwhile on the workers when there are any). Returns the timed ones, fastest first (ties:
     the earlier finalist), and those left untimed because their ops alone reach the fastest step."""
-    order = sorted(finalists, key=lambda f: (ops_bound(f.plan, spec, layers), f.key))
+    order = sorted(finalists, key=lambda f: (bound(f, layers), f.key))
     futures: list[Future[StepResult] | None] = [
-        pool.step(step_spec(f, spec), f.search.step_network, f.search.simulations)
+        pool.step(step_spec(f), f.search.step_network, f.search.simulations)
         if pool is not None and number > 0 else None for number, f in enumerate(order)]
     timed: list[Timed] = []
     untimed: list[Finalist] = []
     fastest = math.inf
     for finalist, future in zip(order, futures, strict=True):
         # the first two are always timed: the second is the runner-up the result reports
-        if len(timed) >= 2 and ops_bound(finalist.plan, spec, layers) >= fastest:
+        if len(timed) >= 2 and bound(finalist, layers) >= fastest:
             if future is not None:
                 future.cancel()
             untimed.append(finalist)
             continue
-        result = future.result() if future is not None else _simulate(finalist, spec)  # a worker's error: here
+        result = future.result() if future is not None else _simulate(finalist)  # a worker's error: here
         timed.append(Timed(finalist, result))
         fastest = min(fastest, result.step_time_s)
     return _ranked(timed, finalists), untimed
@@ -129,7 +136,7 @@ mesh's plans (every slice count) can sit below the bound, each a whole step to s
 remaining plans are left untimed and a note names the mesh, so the answer is then the optimum of what was timed."""
 
 
-def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
+def time_exhaustively(searches: Sequence[Searched], layers: int,
                       heard: Callable[[int], None] | None = None) -> tuple[list[Timed], list[MeshCandidate]]:
     """Branch and bound over every plan of every mesh (DES prices): plans are timed as whole steps in increasing
     order of their bound until it reaches the fastest step simulated, at most ``EXHAUSTIVE_STEPS`` per mesh.
@@ -139,7 +146,7 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
     timed: list[Timed] = []
     firsts = [(s.plans(simulated=True, keep=1), s) for s in searches]
     order = sorted(((plans[0], s) for plans, s in firsts if plans),
-                   key=lambda item: (ops_bound(item[0], spec, layers), item[1].candidate.key))
+                   key=lambda item: (ops_bound(item[0], item[1], layers), item[1].candidate.key))
     finalists: list[Finalist] = []
     capped: list[MeshCandidate] = []
     for _, search in order:
@@ -147,7 +154,7 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
         while True:
             plans = search.plans(simulated=True, keep=keep)
             for plan in plans[seen:]:
-                if ops_bound(plan, spec, layers) >= fastest:
+                if ops_bound(plan, search, layers) >= fastest:
                     break
                 if count == EXHAUSTIVE_STEPS:
                     capped.append(search.candidate)
@@ -155,7 +162,7 @@ def time_exhaustively(searches: Sequence[Searched], spec: StepSpec, layers: int,
                 count += 1
                 finalist = Finalist(search, plan)
                 finalists.append(finalist)
-                result = _simulate(finalist, spec)
+                result = _simulate(finalist)
                 timed.append(Timed(finalist, result))
                 fastest = min(fastest, result.step_time_s)
                 if heard is not None:
@@ -182,17 +189,18 @@ def runner_up(timed: Sequence[Timed]) -> Timed | None:
     return others[0] if others else timed[1]
 
 
-def choice(timed: Timed, spec: StepSpec, layers: int) -> Choice:
+def choice(timed: Timed, layers: int) -> Choice:
     """The result's record of a timed finalist."""
     result, finalist = timed.result, timed.finalist
     return Choice(
         mesh=finalist.search.candidate.label, slice_shape=finalist.search.candidate.slice_shape,
         layout=result.named_layout, algorithm=result.algorithm, dataflows=result.dataflows,
         transposes=result.transposes, slices=result.slices, step_time_s=result.step_time_s,
-        estimate_step_s=estimate(finalist, spec, layers), fidelity=result.fidelity, mfu=result.mfu,
+        estimate_step_s=estimate(finalist, layers), fidelity=result.fidelity, mfu=result.mfu,
         hfu=result.hfu, tokens_per_s=result.tokens_per_s, seconds_per_sequence=result.seconds_per_sequence,
         compute_s=result.compute_s, exposed_comm_s=result.exposed_comm_s,
         exposed_data_comm_s=result.exposed_data_comm_s, data_parallel=result.data_parallel,
         memory_bytes_per_chip=result.memory_bytes_per_chip,
         memory_feasible=result.memory_feasible, feasible=result.feasible, violations=result.violations,
+        microbatches=result.microbatches, recompute=result.recompute,
     )

@@ -35,7 +35,7 @@ class MeshSearch:
     """The options, prices and plans of one candidate mesh."""
 
     def __init__(self, candidate: MeshCandidate, layers: tuple[FFLayer, ...], context: PricingContext,
-                 cache: CostCache, spec: StepSpec, flips: bool, dataflows: tuple[Dataflow, ...],
+                 cache: CostCache, spec: StepSpec, whole: StepSpec, flips: bool, dataflows: tuple[Dataflow, ...],
                  limit: PanelLimit) -> None:
         self.candidate = candidate
         self.limit = limit  # the GeMM panels an option may hold (``capacity.mesh_memory``)
@@ -45,7 +45,8 @@ class MeshSearch:
         self.pricer = LayerPricer(context, context.network.over(candidate.mapping.tensor_mapping,
                                                                 context=cache.context), cache)
         self.tail = 0.0  # seconds per step of data-parallel synchronisation the ranking charges (``data_tail``)
-        self.spec = spec
+        self.spec = spec  # one replica's micro-batch, which the options are priced for
+        self.whole = whole  # the whole step its plans are timed as (every replica, micro-batch and slice)
         self.flips = flips
         self.twin_prices: dict[tuple[int, LayerOption], float] = {}
         self.des_prices: dict[tuple[int, LayerOption], float] = {}
@@ -143,8 +144,9 @@ class MeshSearch:
         return times
 
     def ranking_cost(self, plan: Plan, layers: int) -> float:
-        """What meshes are ranked by: ``plan``'s per-layer cost with the data-parallel tail spread over ``layers``."""
-        return plan.cost + self.tail / layers
+        """What meshes are ranked by: ``plan``'s per-layer cost over every micro-batch, with the data-parallel tail
+        spread over ``layers`` (meshes searched under different micro-batch counts rank by their whole steps)."""
+        return plan.cost * self.whole.microbatches + self.tail / layers
 
     def plans(self, simulated: bool, keep: int) -> list[Plan]:
         priced = self.by_simulation if simulated else self.by_twin
@@ -211,7 +213,7 @@ def mesh_report(search: MeshSearch, plans: list[Plan], *, simulated: bool, layer
     if not plans:
         return MeshReport(label, "skipped", "no feasible option for some FF layer (slice counts, mesh rules)",
                           slice_shape=shape)
-    estimate = plans[0].cost * layers + search.tail
+    estimate = plans[0].cost * layers * search.whole.microbatches + search.tail
     if simulated:
         return MeshReport(label, "simulated", None, None, estimate_step_s=estimate, slice_shape=shape)
     return MeshReport(label, "priced", None, estimate, None, slice_shape=shape)

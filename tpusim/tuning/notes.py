@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tpusim.model.memory import microbatches_text
-from tpusim.model.step import StepSpec
+from tpusim.model.memory import MemoryPlan, microbatches_text
 from tpusim.tuning.finalists import Finalist, ops_bound
 from tpusim.tuning.mesh_search import MeshSearch
 from tpusim.tuning.result import Choice
@@ -16,7 +15,6 @@ from tpusim.tuning.shapes import slice_note
 from tpusim.tuning.space import MeshCandidate, shown
 from tpusim.tuning.spec import Setting
 from tpusim.units import GB
-from tpusim.vocabulary import Recompute
 
 NAMED_MESHES = 12  # a note names at most this many meshes (a pod's search ranks hundreds)
 
@@ -35,30 +33,23 @@ class MeshNames:
         return self.named(candidate.label, candidate.slice_shape)
 
 
-def past_note(past: frozenset[tuple[Recompute, int]], chosen: Recompute, microbatches: int) -> str:
-    """The open choices passed over because no layout fitted once its own needs were counted."""
-    tried = ", ".join(f"recompute {level} with {microbatches_text(m)}" for level, m in sorted(past))
-    return (f"{tried}: no layout fits once its GeMM panels and replicas are counted; the next choice "
-            f"that fits is recompute {chosen} with {microbatches_text(microbatches)}")
-
-
-def memory_note(setting: Setting, best: Choice) -> str:
-    """The memory of the layout chosen (data-parallel replicas repeat model state)."""
-    memory = setting.memory
-    return (f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of {setting.micro} "
-            f"sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
+def memory_note(setting: Setting, best: Choice, memory: MemoryPlan) -> str:
+    """The memory of the layout chosen (``memory``: the choice it was searched under; data-parallel replicas repeat
+    model state)."""
+    return (f"memory: recompute {memory.recompute}, {microbatches_text(memory.microbatches)} of "
+            f"{setting.micro_of(memory)} sequences, {best.memory_bytes_per_chip / GB:.1f} GB per chip of "
             f"{memory.estimate.capacity_bytes / GB:.1f} GB")
 
 
 def outcome_notes(setting: Setting, names: MeshNames, best: Choice, runner: Choice | None, leader: MeshCandidate,
-                  untimed: Sequence[Finalist], whole: StepSpec) -> list[str]:
+                  untimed: Sequence[Finalist]) -> list[str]:
     """The slice shapes searched, the finalists left untimed, and where the whole steps depart from the estimates
     (``leader`` is the estimates' best mesh)."""
     request, layers = setting.request, setting.request.transformer.layers
     notes = [slice_note(request.topology, request.profile, setting.shapes, best.slice_shape, setting.chips)]
     for left in untimed:
         notes.append(f"{names.name(left.search.candidate)} not timed as a whole step: its ops alone take "
-                     f"{ops_bound(left.plan, whole, layers):.4g} s, no less than the best's simulated "
+                     f"{ops_bound(left.plan, left.search, layers):.4g} s, no less than the best's simulated "
                      f"{best.step_time_s:.4g} s")
     if (best.slice_shape, best.mesh) != (leader.slice_shape, leader.label):
         notes.append(f"the whole steps reorder the search's estimates: {names.named(best.mesh, best.slice_shape)} "

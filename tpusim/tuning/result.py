@@ -38,6 +38,8 @@ class Choice:
     memory_bytes_per_chip: float
     memory_feasible: bool
     feasible: bool
+    microbatches: int  # the micro-batches the batch is split into (the fewest that fit, where the request left it)
+    recompute: str  # the recomputation it runs with (the least that fits, where the request left it open)
     violations: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Default search:
 1. Enumerate every feasible mesh R x C = P (``space``), and every layout D x R x C = P of D data-parallel replicas
    (D dividing the batch, the data axis on whole physical axes; only D = ``dp`` when given), on every legal slice
    shape of the chip count unless ``topology`` names one (``shapes``: 256 TPUv4 chips are 4x4x16 or 4x8x8; a
-   candidate is a mesh on a shape), and drop those that do not fit in HBM (``capacity``) unless memory is ignored.
+   candidate is a mesh on a shape), and drop those that do not fit in HBM (``capacity``) unless memory is ignored:
+   where the request leaves recomputation or micro-batches open, each layout is admitted under the first choice that
+   fits it (``gates.Admission``), and layouts under different choices are ranked and timed by their whole steps.
    The candidates of every shape are ranked, refined and timed together, as one search. A replica's GeMMs and
    non-FF ops are priced on its own R x C mesh with batch / D sequences; the data-parallel collectives add what no
    compute hides at the ends of the step (``data_tail``).
@@ -32,16 +34,14 @@ step 3, ``mesh_search`` holds one mesh's options, prices and plans throughout, a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from tpusim.collectives.factory import network_for, place_mesh, takes_data_axis
 from tpusim.config.options import WorkerOptions
 from tpusim.engine.context import Context
 from tpusim.errors import InfeasibleError
 from tpusim.gemm.params import default_prefetch
-from tpusim.model.memory import plan_memory
+from tpusim.model.memory import MemoryPlan, plan_memory
 from tpusim.model.program import prefetch_budget
-from tpusim.model.step import StepSpec
 from tpusim.tuning.candidates import candidate_of, fastest_per_kind
 from tpusim.tuning.finalists import (
     EXHAUSTIVE_STEPS,
@@ -52,12 +52,12 @@ from tpusim.tuning.finalists import (
     time_exhaustively,
     time_finalists,
 )
-from tpusim.tuning.gates import Overflowed, admitted, no_mesh, simulable, unrefined
+from tpusim.tuning.gates import admitted, no_mesh, simulable, unrefined
 from tpusim.tuning.layer_costs import CostCache
 from tpusim.tuning.mesh_search import MeshSearch
-from tpusim.tuning.notes import MeshNames, memory_note, outcome_notes, past_note, pricing_notes
+from tpusim.tuning.notes import MeshNames, memory_note, outcome_notes, pricing_notes
 from tpusim.tuning.parallel import SimulationPool, simulation_pool
-from tpusim.tuning.ranking import mesh_searches, rank_meshes, replica_spec
+from tpusim.tuning.ranking import mesh_searches, rank_meshes
 from tpusim.tuning.refinement import Refined, refine
 from tpusim.tuning.result import Choice, MeshReport, TuneResult
 from tpusim.tuning.shapes import searched_shapes
@@ -81,31 +81,20 @@ def tune(request: TuneSpec, cache: CostCache | None = None, context: Context | N
     result is the same."""
     check_jobs(jobs)
     cache = cache if cache is not None else CostCache(context)
-    past: set[tuple[Recompute, int]] = set()
-    first: InfeasibleError | None = None
     with simulation_pool(jobs, cache.context.cache_folder) as pool:
-        while True:
-            try:
-                return _search(request, cache, progress, stages, pool, frozenset(past))
-            except Overflowed as overflowed:
-                first = first or overflowed.error
-                past.add(overflowed.choice)
-            except InfeasibleError:
-                if first is None:
-                    raise
-                raise first from None  # no other choice fits: say why the first one did not
+        return _search(request, cache, progress, stages, pool)
 
 
 def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None] | None,
-            stages: Callable[[int, int], None] | None, pool: SimulationPool | None,
-            past: frozenset[tuple[Recompute, int]] = frozenset()) -> TuneResult:
+            stages: Callable[[int, int], None] | None, pool: SimulationPool | None) -> TuneResult:
     say = progress if progress is not None else _silent
     count = stages if stages is not None else _uncounted
     notes: list[str] = []
-    setting = _settle(request, past, notes, cache.context)
+    setting = _settle(request, cache.context)
     request, layers, names = setting.request, setting.request.transformer.layers, MeshNames(setting.shapes)
-    candidates, rejected, limits = admitted(setting, notes)
-    searches = simulable(mesh_searches(setting, candidates, limits, cache), rejected, notes)
+    admission = admitted(setting, notes, names)
+    rejected = admission.rejected
+    searches = simulable(mesh_searches(setting, admission, cache), rejected, notes)
     reports = {r.key: MeshReport(r.mesh, "skipped", r.reason, slice_shape=r.slice_shape) for r in rejected}
 
     say(f"pricing {len(searches)} mesh(es) by their closed forms" if not request.exhaustive
@@ -117,26 +106,23 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     if not final:
         raise no_mesh(request, setting.batch, unrefined(rejected, reports))
 
-    whole = replace(replica_spec(setting, setting.whole_batch), microbatches=setting.memory.microbatches,
-                    dcn_slices=request.dcn_slices)
-    timed, untimed = _whole_steps(request, pool, final, whole, say, notes, names)
+    timed, untimed = _whole_steps(request, pool, final, say, notes, names)
     for entry in reversed(timed):  # each mesh's report shows its fastest whole step
         reports[entry.finalist.key].simulated_step_s = entry.step_time_s
-    best = choice(timed[0], whole, layers)
+    best = choice(timed[0], layers)
     second = runner_up(timed)
-    runner = choice(second, whole, layers) if second is not None else None
+    runner = choice(second, layers) if second is not None else None
     if not request.ignore_memory:  # the memory of the layout chosen (data-parallel replicas repeat model state)
-        notes.insert(0, memory_note(setting, best))
+        notes.insert(0, memory_note(setting, best, admission.memories[timed[0].finalist.key]))
     count(total, total)
-    notes.extend(outcome_notes(setting, names, best, runner, final[0][2].candidate, untimed, whole))
+    notes.extend(outcome_notes(setting, names, best, runner, final[0][2].candidate, untimed))
     notes.extend(pricing_notes(searches, request.exhaustive, names))
-    return _result(setting, (best, runner), searches, timed, reports, notes, whole)
+    return _result(setting, (best, runner), searches, timed, reports, notes)
 
 
-def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: list[str], context: Context) -> Setting:
-    """What the search settles before it enumerates a mesh; what no layout can change fails here, once. ``past``
-    are the open memory choices already passed over (``gates.Overflowed``); the request's network model is on
-    ``context``, the search's."""
+def _settle(request: TuneSpec, context: Context) -> Setting:
+    """What the search settles before it enumerates a mesh; what no layout can change fails here, once. The
+    request's network model is on ``context``, the search's."""
     if request.fidelity is Fidelity.ANALYTIC:
         raise InfeasibleError("fidelity analytic is not offered for tune (it times whole steps)",
                               "use --fidelity auto, symmetric or full")
@@ -150,23 +136,24 @@ def _settle(request: TuneSpec, past: frozenset[tuple[Recompute, int]], notes: li
     network = network_for(hardware, place_mesh(hardware, chips, 1, topology=request.topology), context=context)
     prefetch = request.prefetch if request.prefetch is not None else default_prefetch(hardware)
     budget = prefetch_budget(prefetch, request.prefetch_budget)
-    # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
-    memory = plan_memory(model, chips, batch, request.recompute, request.microbatches,
-                         hardware.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
-                         reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.stage,
-                         remat_save=request.remat[0], remat_offload=request.remat[1],
-                         attention=request.attention, combine_bytes=hardware.combine_threshold, past=past)
+
+    def fit(past: frozenset[tuple[Recompute, int]]) -> MemoryPlan:
+        # the least memory a layout needs is that of the smallest data-parallel degree (replicas repeat model state)
+        return plan_memory(model, chips, batch, request.recompute, request.microbatches,
+                           hardware.chip.usable_hbm, request.bytes_per_param, ignore_memory=request.ignore_memory,
+                           reserved_bytes=budget, data_parallel=request.dp or 1, zero_stage=request.stage,
+                           remat_save=request.remat[0], remat_offload=request.remat[1],
+                           attention=request.attention, combine_bytes=hardware.combine_threshold, past=past)
+
+    memory = fit(frozenset())
     open_choice = request.recompute is Recompute.AUTO or request.microbatches is None
-    if past:
-        notes.append(past_note(past, memory.recompute, memory.microbatches))
-    settled = request.model_copy(update={"recompute": memory.recompute, "microbatches": memory.microbatches})
     # the calibrated profiles' fitted costs describe one 2D mesh: they take no data axis
     if not takes_data_axis(hardware) and (request.dp or 1) > 1:
         raise InfeasibleError(f"--dp {request.dp}: data parallelism does not apply to calibrated profile "
                               f"{hardware.name!r}, whose fitted costs describe one 2D mesh; use a physical profile "
                               "such as 'tpuv4', or --dp 1")
     dp = request.dp if request.dp is not None or takes_data_axis(hardware) else 1
-    return Setting(settled, algorithm, whole_batch, chips, batch, prefetch, budget, memory, open_choice, dp,
+    return Setting(request, algorithm, whole_batch, chips, batch, prefetch, budget, memory, open_choice, fit, dp,
                    searched_shapes(request.topology, hardware, chips), network)
 
 
@@ -190,13 +177,13 @@ def _uncounted(done: int, total: int) -> None:
     del done, total
 
 
-def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Refined], whole: StepSpec,
+def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Refined],
                  say: Callable[[str], None], notes: list[str], names: MeshNames) -> tuple[list[Timed], list[Finalist]]:
     """Time the finalists as whole steps (``finalists``): the timed ones, fastest first, and those left untimed."""
     layers = request.transformer.layers
     if request.exhaustive:
         say("timing every plan that can still win as a whole step")
-        timed, capped = time_exhaustively([search for _, _, search, _ in final], whole, layers)
+        timed, capped = time_exhaustively([search for _, _, search, _ in final], layers)
         if capped:
             notes.append(f"exhaustive: {', '.join(names.name(c) for c in capped)} had more than {EXHAUSTIVE_STEPS} "
                          "plans whose ops could still beat the best step; the rest were not timed, so the answer is "
@@ -207,22 +194,22 @@ def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Ref
     if len(final) == 1 and len(final[0][3]) > 1:
         finalists.append(Finalist(final[0][2], final[0][3][1]))
     say(f"timing the best configuration{' and the runner-up' if len(finalists) > 1 else ''} as whole steps")
-    return time_finalists(pool, finalists, whole, layers)
+    return time_finalists(pool, finalists, layers)
 
 
 def _result(setting: Setting, chosen: tuple[Choice, Choice | None], searches: list[MeshSearch], timed: list[Timed],
-            reports: dict[tuple[str, str], MeshReport], notes: list[str], whole: StepSpec) -> TuneResult:
-    request, memory, layers = setting.request, setting.memory, setting.request.transformer.layers
+            reports: dict[tuple[str, str], MeshReport], notes: list[str]) -> TuneResult:
+    request, layers, best = setting.request, setting.request.transformer.layers, chosen[0]
     return TuneResult(
         model=request.transformer.name, hardware=request.profile.name, algorithm=setting.algorithm.name,
-        chips=request.chips, batch=setting.whole_batch, microbatches=memory.microbatches,
-        prefetch=str(setting.prefetch), recompute=str(memory.recompute), attention=str(request.attention),
+        chips=request.chips, batch=setting.whole_batch, microbatches=best.microbatches,
+        prefetch=str(setting.prefetch), recompute=best.recompute, attention=str(request.attention),
         fidelity=str(request.fidelity), zero_stage=request.stage, dcn_data=request.dcn_slices,
-        exhaustive=request.exhaustive, best=chosen[0], runner_up=chosen[1],
+        exhaustive=request.exhaustive, best=best, runner_up=chosen[1],
         evaluated=sum(len(set(s.twin_prices) | set(s.des_prices)) for s in searches),
         simulated=sum(len(s.des_prices) for s in searches), steps_simulated=len(timed),
         search_space=sum(s.space_size() for s in searches),
         meshes=sorted(reports.values(), key=lambda r: (tuple(int(v) for v in r.mesh.split("x")), r.slice_shape or "")),
         ignore_memory=request.ignore_memory, notes=notes,
-        candidates=fastest_per_kind(candidate_of(choice(t, whole, layers), request.stage) for t in timed),
+        candidates=fastest_per_kind(candidate_of(choice(t, layers), request.stage) for t in timed),
     )

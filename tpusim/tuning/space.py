@@ -109,11 +109,17 @@ def data_degrees(chips: int, batch: int, dp: int | None) -> list[int]:
     return [d for d in range(1, chips + 1) if chips % d == 0 and batch % d == 0]
 
 
+Placed = dict[tuple[int, int, int, str | None], MeshMapping | TopologyError]
+"""Layouts already placed, by (rows, cols, data, topology): their mapping or why there is none."""
+
+
 def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: int, batch: int,
                     hardware: HardwareProfile, topology: str | None, allow_infeasible: bool,
-                    data: int = 1) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
+                    data: int = 1, placed: Placed | None = None) -> tuple[list[MeshCandidate], list[RejectedMesh]]:
     """The meshes (layouts of ``data`` replicas when > 1, each training batch / data) worth pricing, and the ones
-    skipped with their reasons; both carry ``topology`` as their slice shape."""
+    skipped with their reasons; both carry ``topology`` as their slice shape. ``placed`` keeps the mappings made
+    for a later call (a search tries its layouts under several micro-batch counts)."""
+    placed = placed if placed is not None else {}
     two_d = algorithm.parallelism == "2d"
     group = chips // data
     shapes = factorisations(group) if two_d else [(group, 1)]
@@ -127,10 +133,15 @@ def mesh_candidates(model: TransformerModel, algorithm: GemmAlgorithm, chips: in
         except InfeasibleError as error:
             rejected.append(RejectedMesh(label, error.message, topology))
             continue
-        try:
-            mapping = place_mesh(hardware, rows, cols, topology=topology, data=data)
-        except TopologyError as error:
-            rejected.append(RejectedMesh(label, error.message, topology))
+        key = (rows, cols, data, topology)
+        if key not in placed:
+            try:
+                placed[key] = place_mesh(hardware, rows, cols, topology=topology, data=data)
+            except TopologyError as error:
+                placed[key] = error
+        mapping = placed[key]
+        if isinstance(mapping, TopologyError):
+            rejected.append(RejectedMesh(label, mapping.message, topology))
             continue
         # The transposed layout splits heads over axis 0 and sequences over axis 1: the swapped mesh's rules.
         swapped = split_for(model, (cols, rows), share, algorithm.parallelism, True)

@@ -4,6 +4,7 @@ plan, the data degrees and the slice shapes searched."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
@@ -15,7 +16,7 @@ from tpusim.config.requests import EVERY_ZERO_STAGE, TuneRequest
 from tpusim.errors import UserError
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.model.memory import MemoryPlan
-from tpusim.vocabulary import Activation, Prefetch
+from tpusim.vocabulary import Activation, Prefetch, Recompute
 
 REFINE_MESHES = 3
 TUNED_DTYPE = "bf16"
@@ -96,13 +97,20 @@ class Setting:
     batch: int  # one slice's sequences
     prefetch: Prefetch
     budget: float | None  # bytes of the window policy's prefetch budget
-    memory: MemoryPlan  # that of the smallest data-parallel degree (replicas repeat model state)
+    memory: MemoryPlan  # the first choice, that of the smallest data-parallel degree (replicas repeat model state)
     open_choice: bool  # the request left recomputation or the micro-batch count to the memory plan
+    # the next choice past those given (``plan_memory``'s ``past``); InfeasibleError once none is left
+    fit: Callable[[frozenset[tuple[Recompute, int]]], MemoryPlan]
     dp: int | None  # the data-parallel degree searched; None: every one the chips and batch allow
     shapes: list[str | None]  # the slice shapes searched (``shapes``)
     network: Network  # the request's model (its profile on the search's context); candidates derive theirs
 
     @property
     def micro(self) -> int:
-        """Sequences of one slice's micro-batch: the search prices one; whole steps are timed at m of them."""
-        return self.batch // self.memory.microbatches
+        """Sequences of one slice's micro-batch under the first memory choice."""
+        return self.micro_of(self.memory)
+
+    def micro_of(self, memory: MemoryPlan) -> int:
+        """Sequences of one slice's micro-batch under ``memory``: the search prices one; whole steps are timed at m
+        of them."""
+        return self.batch // memory.microbatches
