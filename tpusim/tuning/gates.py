@@ -79,8 +79,9 @@ class Admission:
                                                  request.profile, shape, request.allow_infeasible, data,
                                                  placed=self._placed)
                 found += [c for c in legal if c.key not in self.memories and c.key not in self._hopeless]
-                for refused in skipped:
-                    self._reasons.setdefault(refused.key, refused)
+                for refused in skipped:  # a layout admitted under an earlier choice stays admitted
+                    if refused.key not in self.memories:
+                        self._reasons.setdefault(refused.key, refused)
         fits = memory_gate(setting, memory, found, notes, self.limits, self)
         for candidate in fits:
             self.memories[candidate.key] = memory
