@@ -231,8 +231,8 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
     from tpusim.experiments.names import algorithm_named
     from tpusim.gemm.algorithm import not_taken
     from tpusim.model.memory import plan_memory, slice_memory_shape
+    from tpusim.model.plan import derived_spec
     from tpusim.model.program import prefetch_budget
-    from tpusim.model.step import StepSpec
 
     transformer = model_of(request.model, context)
     network = _placed(request, context)
@@ -264,14 +264,12 @@ def step_setup(request: StepRequest, context: Context | None = None, link_busy: 
                   remat_offload=frozenset(request.remat_offload), attention=request.attention,
                   combine_bytes=profile.combine_threshold)
     memory = fit()
-    spec = StepSpec(transformer, algorithm, batch, slices, dataflows,
-                    _per_layer(request.transposes), prefetch, request.variant,
-                    memory.recompute, request.bytes_per_param, allow_infeasible=request.allow_infeasible,
-                    extrapolate=not request.all_layers, fidelity=request.fidelity, embedding=request.embedding,
-                    optimizer=request.optimizer, microbatches=memory.microbatches, attention=request.attention,
-                    prefetch_window=request.prefetch_window, prefetch_budget=budget, zero_stage=request.zero_stage,
-                    remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
-                    dcn_slices=slices_over_dcn, dcn_sharded=request.dcn_sharded)
+    spec = derived_spec(request, model=transformer, algorithm=algorithm, batch=batch, slices=slices,
+                        dataflows=dataflows, transposes=_per_layer(request.transposes), prefetch=prefetch,
+                        recompute=memory.recompute, microbatches=memory.microbatches, prefetch_budget=budget,
+                        remat_save=frozenset(request.remat_save), remat_offload=frozenset(request.remat_offload),
+                        extrapolate=not request.all_layers, dcn_slices=slices_over_dcn,
+                        dcn_sharded=request.dcn_sharded)
     return StepSetup(spec, network, slices, algorithm.uses_slices, fit)
 
 

@@ -10,7 +10,10 @@ The model FLOPs of a step (what MFU counts) are defined here too, once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from pydantic import BaseModel
 
 from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
@@ -41,8 +44,8 @@ from tpusim.model.layer import (
 from tpusim.model.remat import HostCopy, block_graph, host_copies, plan_remat, tensor_bytes, tensor_widths
 from tpusim.vocabulary import Activation, Attention, Dataflow, Fidelity, Prefetch, Recompute
 
-__all__ = ["PreparedGemm", "StepPlan", "StepSpec", "block_layers", "block_shape", "plan_block", "plan_step",
-           "step_model_flops"]
+__all__ = ["RESOLVED", "PreparedGemm", "StepPlan", "StepSpec", "block_layers", "block_shape", "derived_spec",
+           "plan_block", "plan_step", "step_model_flops"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,26 @@ class StepSpec:
     @property
     def tokens(self) -> int:
         return self.batch * self.model.sequence
+
+
+RESOLVED = frozenset({"model", "algorithm", "batch", "slices", "dataflows", "transposes", "prefetch", "recompute",
+                      "microbatches", "prefetch_budget", "remat_save", "remat_offload"})
+"""The ``StepSpec`` fields a request holds as given (a name, text, ``auto``, an open choice, a list, or, in a tune
+request, what is searched), which whoever builds the step resolves."""
+
+
+def derived_spec(request: BaseModel, **resolved: Any) -> StepSpec:
+    """The step ``request`` asks for. A ``StepSpec`` field the request also declares takes the request's value, so
+    no option is copied by hand; those in ``RESOLVED`` (and the fields no request declares) come from ``resolved``.
+    A resolved field the request declares but ``resolved`` leaves out is refused (``ValueError``): its raw value
+    means something else."""
+    declared = set(type(request).model_fields)
+    missing = sorted((RESOLVED & declared) - set(resolved))
+    if missing:
+        raise ValueError(f"derived_spec needs the resolved {', '.join(missing)}")
+    shared = {f.name: getattr(request, f.name) for f in fields(StepSpec)
+              if f.name in declared and f.name not in RESOLVED and f.name not in resolved}
+    return StepSpec(**shared, **resolved)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from tpusim.gemm.params import GemmParams
 from tpusim.model.feasibility import parts_for
 from tpusim.model.layer import ff_layers
 from tpusim.model.memory import MemoryPlan
+from tpusim.model.plan import derived_spec
 from tpusim.model.step import StepSpec
 from tpusim.tuning.data_tail import data_parallel_tail
 from tpusim.tuning.gates import Admission
@@ -27,11 +28,11 @@ def replica_spec(setting: Setting, batch: int, memory: MemoryPlan) -> StepSpec:
     """The step of a replica training ``batch`` sequences under the settled request and ``memory``'s recomputation."""
     request = setting.request
     save, offload = request.remat
-    return StepSpec(request.transformer, setting.algorithm, batch, prefetch=setting.prefetch,
-                    recompute=memory.recompute, attention=request.attention, prefetch_window=request.prefetch_window,
-                    prefetch_budget=setting.budget, bytes_per_param=request.bytes_per_param, dtype=TUNED_DTYPE,
-                    allow_infeasible=request.allow_infeasible, fidelity=request.fidelity,
-                    zero_stage=request.stage, remat_save=save, remat_offload=offload)
+    # what a tune request searches (its dataflows, micro-batch counts) is no step's: the replica's are set here
+    return derived_spec(request, model=request.transformer, algorithm=setting.algorithm, batch=batch,
+                        dataflows=None, prefetch=setting.prefetch, recompute=memory.recompute,
+                        microbatches=1, prefetch_budget=setting.budget, remat_save=save, remat_offload=offload,
+                        dtype=TUNED_DTYPE, zero_stage=request.stage)
 
 
 def whole_spec(setting: Setting, memory: MemoryPlan) -> StepSpec:
