@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from tpusim.config import TransformerModel
 from tpusim.errors import UserError
@@ -47,6 +48,11 @@ from tpusim.model.layer import padded_vocabulary
 from tpusim.topology.mapping import DATA_AXIS
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import CollectiveOp, check_zero_stage
+
+if TYPE_CHECKING:
+    from tpusim.model.op_kinds import OpVisitor
+
+T = TypeVar("T")
 
 __all__ = ["DATA_AXIS", "DataParallelPlan", "DataSyncOp", "DataWaitOp", "block_parts", "data_parallel_plan",
            "matrix_params"]
@@ -75,6 +81,9 @@ class DataSyncOp:
         """Bytes this chip passes in."""
         return self.elements * dtype_bytes(SYNCED_DTYPE)
 
+    def accept(self, visitor: OpVisitor[T]) -> T:
+        return visitor.data_sync(self)
+
 
 @dataclass(frozen=True)
 class DataWaitOp:
@@ -88,6 +97,9 @@ class DataWaitOp:
     @property
     def name(self) -> str:
         return f"{self.key}.wait"
+
+    def accept(self, visitor: OpVisitor[T]) -> T:
+        return visitor.data_wait(self)
 
 
 @dataclass(frozen=True)

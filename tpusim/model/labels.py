@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from tpusim.model.data_parallel import DataSyncOp, DataWaitOp
-from tpusim.model.layer import RECOMPUTE_PREFIX, GemmOp, Op, Pass
+from tpusim.model.layer import RECOMPUTE_PREFIX, GemmOp, LocalOp, NormStatsOp, Op, Pass
 
 __all__ = ["op_label"]
 
@@ -26,15 +26,38 @@ def op_label(op: Op | DataSyncOp | DataWaitOp, layer: int) -> str:
     """The trace name of ``op`` run for block ``layer`` (-1: once per step)."""
     if layer < 0:
         return f"step {op.name}"
-    name = op.layer if isinstance(op, GemmOp) else op.name
-    recompute = name.startswith(RECOMPUTE_PREFIX)
-    name = name.removeprefix(RECOMPUTE_PREFIX)
-    if isinstance(op, GemmOp):
-        step = "recompute" if recompute and op.which is Pass.FORWARD else _GEMM_PASSES[op.which]
-    elif recompute:
-        step = "recompute"
-    elif name.endswith(_BACKWARD):
-        name, step = name.removesuffix(_BACKWARD), "bwd"
-    else:
-        step = "fwd"
+    step, name = op.accept(_LABELS)
     return f"L{layer} {step} {name}"
+
+
+class _Labels:
+    """(pass, name) of each op kind in its trace label (``op_kinds.OpVisitor``): a GeMM is named by its layer and
+    pass, any other op by its own name, marked as recomputed or backward by it."""
+
+    def gemm(self, op: GemmOp) -> tuple[str, str]:
+        recompute = op.layer.startswith(RECOMPUTE_PREFIX)
+        name = op.layer.removeprefix(RECOMPUTE_PREFIX)
+        return ("recompute" if recompute and op.which is Pass.FORWARD else _GEMM_PASSES[op.which]), name
+
+    def local(self, op: LocalOp) -> tuple[str, str]:
+        return _named(op.name)
+
+    def norm_stats(self, op: NormStatsOp) -> tuple[str, str]:
+        return _named(op.name)
+
+    def data_sync(self, op: DataSyncOp) -> tuple[str, str]:
+        return _named(op.name)
+
+    def data_wait(self, op: DataWaitOp) -> tuple[str, str]:
+        return _named(op.name)
+
+
+_LABELS = _Labels()  # holds nothing: one serves every label
+
+
+def _named(name: str) -> tuple[str, str]:
+    if name.startswith(RECOMPUTE_PREFIX):
+        return "recompute", name.removeprefix(RECOMPUTE_PREFIX)
+    if name.endswith(_BACKWARD):
+        return "bwd", name.removesuffix(_BACKWARD)
+    return "fwd", name

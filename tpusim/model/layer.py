@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING, TypeVar
 
 from tpusim.config import TransformerModel
 from tpusim.config.requests import FF_LAYERS
@@ -24,6 +25,11 @@ from tpusim.gemm.dataflow import GemmProblem
 from tpusim.model.remat import DERIVED, plan_remat
 from tpusim.units import dtype_bytes
 from tpusim.vocabulary import Activation, Attention, BlockKind, Dataflow, MlpKind, Recompute
+
+if TYPE_CHECKING:
+    from tpusim.model.op_kinds import BlockOpVisitor
+
+T = TypeVar("T")
 
 __all__ = ["FF_LAYERS", "FLASH", "VECTOR_OPS_PER_ELEMENT", "BlockShape", "FFLayer", "GemmOp", "LocalOp",
            "NormStatsOp", "Op", "Pass", "attention_forward_flops", "attention_ops", "attention_scores", "block_ops",
@@ -114,6 +120,13 @@ class GemmOp:
     def name(self) -> str:
         return f"{self.layer}.{self.which}"
 
+    def accept(self, visitor: BlockOpVisitor[T]) -> T:
+        return visitor.gemm(self)
+
+    def renamed(self, prefix: str) -> GemmOp:
+        """The op with ``prefix`` before its layer's name (a recomputed forward op)."""
+        return GemmOp(prefix + self.layer, self.which, self.problem)
+
 
 @dataclass(frozen=True)
 class LocalOp:
@@ -124,6 +137,12 @@ class LocalOp:
     flops: float
     hbm_bytes: float
     vector_ops: float = 0.0
+
+    def accept(self, visitor: BlockOpVisitor[T]) -> T:
+        return visitor.local(self)
+
+    def renamed(self, prefix: str) -> LocalOp:
+        return LocalOp(prefix + self.name, self.flops, self.hbm_bytes, self.vector_ops)
 
 
 # Elementwise operations per element (per score for softmax, per parameter for Adam), counted from each op's
@@ -158,6 +177,12 @@ class NormStatsOp:
     elements: int  # per all-reduce, per chip
     dtype: str
     axis: int  # the logical axis that splits the features here
+
+    def accept(self, visitor: BlockOpVisitor[T]) -> T:
+        return visitor.norm_stats(self)
+
+    def renamed(self, prefix: str) -> NormStatsOp:
+        return NormStatsOp(prefix + self.name, self.elements, self.dtype, self.axis)
 
 
 Op = GemmOp | LocalOp | NormStatsOp
@@ -329,15 +354,7 @@ def block_ops(model: TransformerModel, layers: tuple[FFLayer, ...], shape: Block
 
 
 def _renamed(ops: list[Op], prefix: str) -> list[Op]:
-    out: list[Op] = []
-    for op in ops:
-        if isinstance(op, GemmOp):
-            out.append(GemmOp(prefix + op.layer, op.which, op.problem))
-        elif isinstance(op, LocalOp):
-            out.append(LocalOp(prefix + op.name, op.flops, op.hbm_bytes, op.vector_ops))
-        else:
-            out.append(NormStatsOp(prefix + op.name, op.elements, op.dtype, op.axis))
-    return out
+    return [op.renamed(prefix) for op in ops]
 
 
 def attention_forward_flops(model: TransformerModel, sequences: float, heads: float, causal: bool = False) -> float:

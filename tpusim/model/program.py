@@ -325,38 +325,59 @@ def step_program(dev: Device, sequence: Sequence[Entry], gemms: dict[str, Prepar
                  window: PrefetchWindow, host: _HostTraffic | None = None) -> Generator[simpy.Event, Any, None]:
     """The per-chip program: run ``sequence`` in order, recording each op's span in ``timeline`` (and moving the
     offloaded tensors with ``host``)."""
-    issued: dict[int, Gathers] = {}
-    held: dict[int, float] = {}
-    synced: dict[tuple[str, int, str | None], simpy.Event] = {}  # data-parallel ones in flight: kind, block, matrix
+    run = _ChipRun(dev, sequence, gemms)
     tracer = dev.sim.tracer
     for index, (op, layer) in enumerate(sequence):
         start = dev.env.now
         if tracer is not None:
             tracer.scope[dev.chip_id] = op_label(op, layer)
-        _start_early_gathers(dev, sequence, gemms, index, window, issued, held)
+        _start_early_gathers(dev, sequence, gemms, index, window, run.issued, run.held)
         if host is not None:
             yield from host.before(op.name, layer)
-        if isinstance(op, GemmOp):
-            job = gemms[op.name]
-            dev.prefetched = issued.pop(index, {})
-            _gather_for_next_gemm(dev, sequence, gemms, index, issued, held)
-            yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
-            dev.prefetched = {}
-            held.pop(index, None)
-        elif isinstance(op, LocalOp):
-            yield dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name="")  # traced by the op's label alone
-        elif isinstance(op, NormStatsOp) and dev.size(op.axis) > 1 and op.elements:
-            yield dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
-        elif isinstance(op, DataSyncOp):
-            synced[(op.name, op.target, op.part)] = _sync(dev, op)
-        elif isinstance(op, DataWaitOp):
-            done = [key for key in synced if key[0] == op.key and op.target in (None, key[1])
-                    and op.part in (None, key[2])]
-            if done:
-                yield dev.wait(*(synced.pop(key) for key in done))
+        run.index = index
+        yield from op.accept(run)
         timeline.append((op.name, layer, start, dev.env.now))
         if host is not None:
             host.after(op.name, layer)
+
+
+class _ChipRun:
+    """One chip's run of a step program: each op kind's behaviour (``op_kinds.OpVisitor``), and the state the ops
+    share as it goes: the gathers started early, the bytes they hold, the data-parallel collectives in flight."""
+
+    def __init__(self, dev: Device, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm]) -> None:
+        self.dev = dev
+        self.sequence = sequence
+        self.gemms = gemms
+        self.index = 0  # the op running
+        self.issued: dict[int, Gathers] = {}  # by op index: the gathers started ahead of its GeMM
+        self.held: dict[int, float] = {}  # by op index: the bytes those gathers hold
+        self.synced: dict[tuple[str, int, str | None], simpy.Event] = {}  # in flight, by kind, block and matrix
+
+    def gemm(self, op: GemmOp) -> Generator[simpy.Event, Any, None]:
+        dev, job = self.dev, self.gemms[op.name]
+        dev.prefetched = self.issued.pop(self.index, {})
+        _gather_for_next_gemm(dev, self.sequence, self.gemms, self.index, self.issued, self.held)
+        yield from job.algorithm.program(dev, job.ctx, job.x, job.w)
+        dev.prefetched = {}
+        self.held.pop(self.index, None)
+
+    def local(self, op: LocalOp) -> Generator[simpy.Event, Any, None]:
+        yield self.dev.compute(op.flops, op.hbm_bytes, op.vector_ops, name="")  # traced by the op's label alone
+
+    def norm_stats(self, op: NormStatsOp) -> Generator[simpy.Event, Any, None]:
+        if self.dev.size(op.axis) > 1 and op.elements:
+            yield self.dev.all_reduce(Tensor((2 * op.elements,), op.dtype), op.axis)
+
+    def data_sync(self, op: DataSyncOp) -> Generator[simpy.Event, Any, None]:
+        self.synced[(op.name, op.target, op.part)] = _sync(self.dev, op)
+        yield from ()  # started: the program goes on at once
+
+    def data_wait(self, op: DataWaitOp) -> Generator[simpy.Event, Any, None]:
+        done = [key for key in self.synced if key[0] == op.key and op.target in (None, key[1])
+                and op.part in (None, key[2])]
+        if done:
+            yield self.dev.wait(*(self.synced.pop(key) for key in done))
 
 
 def _sync(dev: Device, op: DataSyncOp) -> simpy.Event:

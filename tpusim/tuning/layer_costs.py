@@ -195,19 +195,31 @@ def _non_ff_ops(spec: StepSpec, mesh: tuple[int, int]) -> list[Op]:
 def non_ff_twin(spec: StepSpec, network: Network) -> float | None:
     """Closed-form time of one layer's non-FF ops on ``network`` under ``spec``'s layouts, or None without a
     closed form."""
-    mapping = network.mapping
-    chip = ChipModel(network.hardware.chip)
-    total = 0.0
+    twin = _NonFFTwin(network)
     try:
-        for op in _non_ff_ops(spec, mapping.shape):
-            if isinstance(op, LocalOp):
-                total += chip.op_time(op.flops, op.hbm_bytes, op.vector_ops)
-            elif isinstance(op, NormStatsOp) and mapping.shape[op.axis] > 1 and op.elements:
-                costs = CostModel(network, op.dtype)
-                total += costs.collective(CollectiveOp.ALL_REDUCE, op.axis, 2 * op.elements)
+        return sum((op.accept(twin) for op in _non_ff_ops(spec, network.mapping.shape)), 0.0)
     except NoClosedForm:
         return None
-    return total
+
+
+class _NonFFTwin:
+    """The closed-form time of each non-FF op of a block on ``network`` (``op_kinds.BlockOpVisitor``); raises
+    ``NoClosedForm`` where a collective has none."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self.chip = ChipModel(network.hardware.chip)
+
+    def gemm(self, op: GemmOp) -> float:
+        raise ValueError(f"{op.name} is an FF GeMM, priced by its layer option, not as a non-FF op")
+
+    def local(self, op: LocalOp) -> float:
+        return self.chip.op_time(op.flops, op.hbm_bytes, op.vector_ops)
+
+    def norm_stats(self, op: NormStatsOp) -> float:
+        if self.network.mapping.shape[op.axis] <= 1 or not op.elements:
+            return 0.0
+        return CostModel(self.network, op.dtype).collective(CollectiveOp.ALL_REDUCE, op.axis, 2 * op.elements)
 
 
 def non_ff_time(spec: StepSpec, network: Network, fidelity: Fidelity) -> float:
