@@ -60,6 +60,7 @@ FIGURES: tuple[Figure, ...] = (
     _family("mesh-shapes", "mesh-shapes"),
     _family("mesh-shapes-tpuv4", "mesh-shapes", "--hardware", "tpuv4"),
     _family("tuner-accuracy", "tuner-accuracy"),
+    _family("tuner-accuracy-pod", "tuner-accuracy-pod"),
     _family("pod", "pod"),
     _family("pod-tpuv5p", "pod", "--hardware", "tpuv5p"),
     Figure("linkmap-allgather-4x4x4", ("collective", "--hardware", "tpuv4", "--topology", "4x4x4", "--mesh", "16x4",

@@ -11,7 +11,7 @@ from tpusim.cli.main import main
 @pytest.mark.parametrize(("argv", "first", "guess"), [
     (["reproduce", "headlines", "--out", "unused"],
      "unknown reproduction family 'headlines'; valid: all, breakdown, headline, mesh-shapes, pod, sensitivity, "
-     "slice-sweep, strong-scaling, tuner-accuracy, weak-scaling", "did you mean 'headline'?"),
+     "slice-sweep, strong-scaling, tuner-accuracy, tuner-accuracy-pod, weak-scaling", "did you mean 'headline'?"),
     (["list", "model"], "unknown listing 'model'; valid: algorithms, collectives, experiments, hardware, models",
      "did you mean 'models'?"),
     (["run", "unused.yaml", "--out", "unused", "--executor", "dsk"], "unknown executor 'dsk'; valid: dask, local",

@@ -231,3 +231,19 @@ def test_redraw_refuses_a_missing_or_unfinished_run(capsys: pytest.CaptureFixtur
     assert main(["reproduce", "tuner-accuracy", "--out", str(tmp_path), "--redraw"]) == 2
     assert capsys.readouterr().err == (f"--redraw: {str(stored)!r} holds 3 of 4 points; run 'tpusim reproduce "
                                        f"tuner-accuracy --out {tmp_path}' first\n")
+
+
+def test_the_pod_accuracy_table_pairs_the_searches_of_each_algorithm() -> None:
+    from tpusim.experiments.families.scaling import TUNER_ACCURACY, TUNER_ACCURACY_POD
+
+    times = (("wang", False, 10.1), ("wang", True, 10.0), ("collective", False, 12.0), ("collective", True, 12.0))
+    entries = [{"error": None, "point": {"model": "gpt3-175b", "algorithm": algorithm, "chips": 16,
+                                         "exhaustive": exhaustive},
+                "result": {"best": {"mesh": "2x4x2", "slices": [None] * 4, "step_time_s": time}}}
+               for algorithm, exhaustive, time in times]
+    rows = TUNER_ACCURACY_POD.table(entries)
+    assert [(r["algorithm"], r["chips"], r["same_mesh"]) for r in rows] == [("collective", 16, True),
+                                                                           ("wang", 16, True)]
+    assert rows[0]["gap_percent"] == 0.0 and rows[1]["gap_percent"] == pytest.approx(1.0, rel=1e-12)
+    assert "algorithm" not in TUNER_ACCURACY.table([{**e, "point": {**e["point"], "algorithm": None}}
+                                                    for e in entries[:2]])[0]

@@ -212,7 +212,8 @@ def tidy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if name in PER_LAYER and (value is None or isinstance(value, list | tuple)):
                 cells.update(_per_layer(name, value))
             elif isinstance(value, list | tuple):
-                cells[name] = " ".join(str(item) for item in value) or NONE
+                # an item not set (a slice count an algorithm does not take) reads none, never Python's None
+                cells[name] = " ".join(NONE if item is None else str(item) for item in value) or NONE
             else:
                 cells[name] = value
         flat.append(cells)

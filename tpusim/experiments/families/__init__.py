@@ -12,7 +12,7 @@ from tpusim.errors import unknown_name
 from tpusim.experiments.families.comparisons import BREAKDOWN, HEADLINE
 from tpusim.experiments.families.family import Family
 from tpusim.experiments.families.pod import POD
-from tpusim.experiments.families.scaling import STRONG_SCALING, TUNER_ACCURACY, WEAK_SCALING
+from tpusim.experiments.families.scaling import STRONG_SCALING, TUNER_ACCURACY, TUNER_ACCURACY_POD, WEAK_SCALING
 from tpusim.experiments.families.sweeps import MESH_SHAPES, SENSITIVITY, SLICE_SWEEP
 
 __all__ = ["FAMILIES", "Family", "family_names", "get_family"]
@@ -27,8 +27,8 @@ def _unique(families: tuple[Family, ...]) -> MappingProxyType[str, Family]:
     return MappingProxyType(named)
 
 
-FAMILIES = _unique((HEADLINE, BREAKDOWN, WEAK_SCALING, STRONG_SCALING, TUNER_ACCURACY, SLICE_SWEEP, MESH_SHAPES,
-                    SENSITIVITY, POD))
+FAMILIES = _unique((HEADLINE, BREAKDOWN, WEAK_SCALING, STRONG_SCALING, TUNER_ACCURACY, TUNER_ACCURACY_POD,
+                    SLICE_SWEEP, MESH_SHAPES, SENSITIVITY, POD))
 
 
 def get_family(name: str) -> Family:

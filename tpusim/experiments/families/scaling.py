@@ -138,19 +138,21 @@ STRONG_SCALING = Family(
 )
 
 
-def _accuracy_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    pairs: dict[tuple[str, int], dict[bool, dict[str, Any] | None]] = {}
+def _accuracy_rows(entries: list[dict[str, Any]], by_algorithm: bool = False) -> list[dict[str, Any]]:
+    """One row per model (and algorithm, ``by_algorithm``) and chip count: the default and the exhaustive choice."""
+    pairs: dict[tuple[str, str, int], dict[bool, dict[str, Any] | None]] = {}
     for entry in entries:
         point = entry["point"]
-        pairs.setdefault((point["model"], point["chips"]), {})[bool(point["exhaustive"])] = step_of(entry)
+        key = (point["model"], point["algorithm"] if by_algorithm else "", point["chips"])
+        pairs.setdefault(key, {})[bool(point["exhaustive"])] = step_of(entry)
     rows = []
-    for (model, chips), found in sorted(pairs.items()):
+    for (model, algorithm, chips), found in sorted(pairs.items()):
         default, exhaustive = found.get(False), found.get(True)
         gap = None
         if default and exhaustive:
             gap = 100.0 * (default["step_time_s"] / exhaustive["step_time_s"] - 1.0)
         rows.append({
-            "model": model, "chips": chips,
+            "model": model, **({"algorithm": algorithm} if by_algorithm else {}), "chips": chips,
             "default_mesh": default["mesh"] if default else "",
             "default_slices": default["slices"] if default else None,
             "default_step_s": default["step_time_s"] if default else None,
@@ -163,24 +165,34 @@ def _accuracy_rows(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+# one style per line, each offset slightly off its chip count so that equal gaps (often all 0) stay visible
+_TWO_STYLES = ({"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.95, "fill": "full"},
+               {"marker": "s", "markersize": 6, "linestyle": "--", "offset": 1.05, "fill": "none"})
+_FOUR_STYLES = ({"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.91, "fill": "full"},
+                {"marker": "s", "markersize": 7, "linestyle": "--", "offset": 0.97, "fill": "none"},
+                {"marker": "^", "markersize": 8, "linestyle": "-.", "offset": 1.03, "fill": "full"},
+                {"marker": "D", "markersize": 6, "linestyle": ":", "offset": 1.09, "fill": "none"})
+
+
+def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str, by_algorithm: bool = False) -> None:
     from matplotlib.ticker import FuncFormatter
 
     fig, axes = figure(1, width=8.0, height=4.8)
     ax = axes[0]
-    styles = [{"marker": "o", "markersize": 9, "linestyle": "-", "offset": 0.95, "fill": "full"},
-              {"marker": "s", "markersize": 6, "linestyle": "--", "offset": 1.05, "fill": "none"}]
     gaps: list[float] = []
-    grouped = by_model(rows)
-    for index, (model, model_rows) in enumerate(grouped.items()):
-        points = sorted((r["chips"], r["gap_percent"]) for r in model_rows if r["gap_percent"] is not None)
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for model, model_rows in by_model(rows).items():
+        for row in model_rows:
+            grouped.setdefault(f"{model}, {row['algorithm']}" if by_algorithm else model, []).append(row)
+    styles = _FOUR_STYLES if len(grouped) > len(_TWO_STYLES) else _TWO_STYLES
+    for index, (series, series_rows) in enumerate(grouped.items()):
+        points = sorted((r["chips"], r["gap_percent"]) for r in series_rows if r["gap_percent"] is not None)
         if points:
             style = styles[index % len(styles)]
             xs, ys = zip(*points, strict=True)
             gaps.extend(ys)
-            # a slight horizontal offset per model so that equal gaps (often all 0) stay visible for both
             ax.plot([x * style["offset"] for x in xs], ys, marker=style["marker"], markersize=style["markersize"],
-                    linestyle=style["linestyle"], fillstyle=style["fill"], markeredgewidth=1.5, label=model)
+                    linestyle=style["linestyle"], fillstyle=style["fill"], markeredgewidth=1.5, label=series)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="1% target (gap should stay below)")
     top = max([1.5, *(1.2 * g for g in gaps)])
     bottom = min([-0.25, *(1.2 * g for g in gaps)])
@@ -192,14 +204,18 @@ def _accuracy_plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
                     xycoords="axes fraction", ha="center", va="center", fontsize=9,
                     bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "grey"})
     ax.set_ylabel("gap: default tuner slower than\nexhaustive search (%)")
-    ax.set_title("MeshSlice, batch = chips")
+    ax.set_title("every layout D x R x C, batch = chips" if by_algorithm else "MeshSlice, batch = chips")
     ax.grid(True, alpha=0.3)
     note = ("gap = 100 x (T_default / T_exhaustive - 1): how much slower the configuration of the default (pruned) "
             "tuner is than the best one exhaustive search finds; 0% means the default tuner found the optimum. "
-            "The two models' markers are shifted slightly left and right of their chip count so that both stay "
-            "visible where they coincide.")
+            f"The {'lines' if by_algorithm else 'two models'}' markers are shifted slightly left and right of their "
+            f"chip count so that {'all' if by_algorithm else 'both'} stay visible where they coincide.")
     save(fig, path, title, note=note, legend=shared_legend(axes))
 
 
 TUNER_ACCURACY = Family("tuner-accuracy", "Default tuner against exhaustive search (MeshSlice)", _accuracy_rows,
                         _accuracy_plot)
+TUNER_ACCURACY_POD = Family(
+    "tuner-accuracy-pod", "Default tuner against exhaustive search over every layout D x R x C",
+    lambda entries: _accuracy_rows(entries, by_algorithm=True),
+    lambda rows, path, title: _accuracy_plot(rows, path, title, by_algorithm=True))
