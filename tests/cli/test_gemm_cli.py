@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tpusim.cli.main import main
+from tpusim.experiments.families import FAMILIES  # one shipped experiment per family
 
 BASE = ["gemm", "--hardware", "meshslice-tpu-fit", "--mesh", "4x4", "--algorithm", "collective",
         "--dataflow", "os", "--m", "512", "--n", "256", "--k", "1024"]
@@ -102,7 +103,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(("what", "folder", "count"), [("hardware", ROOT / "configs" / "hardware", 7),
                                                       ("models", ROOT / "configs" / "models", 10),
-                                                      ("experiments", ROOT / "experiments", 9)])
+                                                      ("experiments", ROOT / "experiments", len(FAMILIES))])
 def test_a_listing_of_files_ends_with_their_folder(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                                    what: str, folder: Path, count: int) -> None:
     monkeypatch.delenv("TPUSIM_CONFIG_DIR", raising=False)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tpusim.experiments.families import FAMILIES  # one shipped experiment per family
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("configs", "experiments")
 STEP = ["step", "--model", "llama2-7b", "--hardware", "meshslice-sim", "--mesh", "4x4", "--batch", "16",
@@ -80,10 +82,11 @@ def _shipped_files() -> list[Path]:
 def test_every_shipped_file_is_in_the_wheel_once(wheel: zipfile.ZipFile) -> None:
     inside = wheel.namelist()
     shipped = [str(p.relative_to(ROOT)) for p in _shipped_files()]
-    assert len([p for p in shipped if p.endswith(".yaml")]) == 7 + 10 + 9  # profiles, models, experiment families
+    # profiles, models, experiment families
+    assert len([p for p in shipped if p.endswith(".yaml")]) == 7 + 10 + len(FAMILIES)
     assert {"configs/measurements/calibration.csv", "configs/measurements/README.md"} <= set(shipped)
     assert sorted(name.removeprefix("tpusim/_shipped/") for name in inside
-                  if name.startswith("tpusim/_shipped/")) == shipped
+                  if name.startswith("tpusim/_shipped/")) == sorted(shipped)
     assert [name for name in inside if name.startswith(("configs/", "experiments/", "tpusim/data/"))] == []
     table = "configs/measurements/calibration.csv"
     assert wheel.read(f"tpusim/_shipped/{table}") == (ROOT / table).read_bytes()
@@ -114,7 +117,7 @@ def test_the_extras_bring_dask_and_headless_notebooks(wheel: zipfile.ZipFile) ->
 def test_the_installed_wheel_lists_its_own_copy_of_the_files(venv: Path, tmp_path: Path) -> None:
     site = venv.resolve() / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     for what, folder, count in (("hardware", "configs/hardware", 7), ("models", "configs/models", 10),
-                                ("experiments", "experiments", 9)):
+                                ("experiments", "experiments", len(FAMILIES))):
         listed = _installed(venv, tmp_path, "list", what, "--json")
         assert (listed.returncode, listed.stderr) == (0, "")
         payload = json.loads(listed.stdout)
