@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from tpusim.model.data_parallel import DataSyncOp, DataWaitOp
-from tpusim.model.layer import RECOMPUTE_PREFIX, GemmOp, LocalOp, NormStatsOp, Op, Pass
+from tpusim.model.layer import RECOMPUTE_PREFIX, GemmOp, LocalOp, NormStatsOp, Pass
+from tpusim.model.op_kinds import OpKind
 
 __all__ = ["op_label"]
 
@@ -22,7 +23,7 @@ _GEMM_PASSES: Mapping[Pass, str] = MappingProxyType(
     {Pass.FORWARD: "fwd", Pass.BACKWARD_DATA: "bwd-data", Pass.BACKWARD_WEIGHT: "bwd-weight"})
 
 
-def op_label(op: Op | DataSyncOp | DataWaitOp, layer: int) -> str:
+def op_label(op: OpKind, layer: int) -> str:
     """The trace name of ``op`` run for block ``layer`` (-1: once per step)."""
     if layer < 0:
         return f"step {op.name}"

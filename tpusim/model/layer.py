@@ -185,7 +185,7 @@ class NormStatsOp:
         return NormStatsOp(prefix + self.name, self.elements, self.dtype, self.axis)
 
 
-Op = GemmOp | LocalOp | NormStatsOp
+Op = GemmOp | LocalOp | NormStatsOp  # each an op_kinds.BlockOpKind: it answers a visitor for itself
 
 
 @dataclass(frozen=True)
