@@ -134,3 +134,35 @@ def test_tensor_and_data_collectives_together_share_no_link(name: str) -> None:
     assert twins[0] is not None and twins[DATA_AXIS] is not None and twins[0] != pytest.approx(twins[DATA_AXIS])
     for axis, records in by_axis.items():
         assert [r.end for r in records] == pytest.approx([twins[axis]] * len(records), rel=1e-9)
+
+
+def test_a_one_member_collective_takes_no_overlap_slot() -> None:
+    """Under the tpuv4 limit of one all-gather in flight, an all-gather on a 1-wide tensor axis issued while the
+    data-axis all-gather runs completes at once (it moves nothing, and XLA drops it), and its payload is the
+    chip's own; an all-gather on the 4-wide data axis issued after it still waits for the first."""
+    mapping = place_mesh(TPUV4, 1, 1, topology="4x1x1", data=4)
+    assert TPUV4.overlap_limits.of(CollectiveOp.ALL_GATHER) == 1
+    done: dict[tuple[int, int, int], list[float]] = {}
+
+    def program(dev: Device) -> Generator[simpy.Event, Any, None]:
+        timed = Tensor((ROWS_PER_RANK, TIMED_COLUMNS), "fp64")
+        first = dev.all_gather(timed, DATA_AXIS, 0)
+        own = Tensor((ROWS_PER_RANK, CHECKED_COLUMNS), "fp64", _values(ROWS_PER_RANK, *dev.index, dev.replica))
+        alone = yield dev.all_gather(own, 0, 0)
+        np.testing.assert_array_equal(alone.data, own.data)
+        done[(*dev.index, dev.replica)] = [float(dev.env.now)]
+        second = dev.all_gather(timed, DATA_AXIS, 0)
+        yield dev.wait(first, second)
+        done[(*dev.index, dev.replica)].append(float(dev.env.now))
+
+    sim = Simulation(network_for(TPUV4, mapping))
+    runtime = CollectiveRuntime(sim, network_for(TPUV4, mapping))
+    run_spmd(sim, runtime, program, lambda dev: ())
+    data = [r for r in runtime.records if r.call.axis == DATA_AXIS]
+    twin = runtime.network.twin(data[0].call)
+    assert twin is not None and twin > 0
+    assert len(done) == 4 and all(times[0] == 0.0 for times in done.values())
+    alone = [r for r in runtime.records if r.call.axis == 0]
+    assert len(alone) == 4 and all(r.size == 1 and r.start == r.end == 0.0 for r in alone)
+    assert [t for r in data for t in (r.start, r.end)] == pytest.approx([0.0, twin, twin, 2 * twin], rel=1e-9)
+    assert max(times[1] for times in done.values()) == pytest.approx(2 * twin, rel=1e-9)

@@ -331,3 +331,15 @@ DCN_CASES = {
 def test_bad_dcn_layouts_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], name: str) -> None:
     argv, message = DCN_CASES[name]
     assert refusal(capsys, [*argv, "--json"]).splitlines() == [message]
+
+
+def test_a_dataflow_cannot_move_a_one_chip_replicas_step() -> None:
+    """On a 1x1 tensor mesh every dataflow is the same local product: the collectives a schedule issues on the
+    1-wide axes move nothing and take none of the overlap slots the data-parallel gathers and reduce-scatters
+    hold, so the step and its exposed data-parallel communication are the same to the last bit."""
+    runs = [tp.step(model=TINY, hardware="tpuv4", topology="2x4x4", layout="data=32,tensor=1x1", algorithm="collective",
+                    batch=32, ignore_memory=True, dataflows=dataflows)
+            for dataflows in ("ls,ls,ls,ls", "os,os,os,os", "rs,rs,rs,rs", "ls,os,rs,os")]
+    assert runs[0].exposed_data_comm_s > 0
+    assert {(run.step_time_s, run.exposed_data_comm_s) for run in runs} == {(runs[0].step_time_s,
+                                                                           runs[0].exposed_data_comm_s)}

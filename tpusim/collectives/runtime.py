@@ -8,7 +8,8 @@ give it. Instances whose members disagree on the operation are schedule bugs.
 A chip keeps at most the profile's overlap limit of collectives of each operation in flight
 (docs/network.md#overlap-limits): the k-th call of an operation joins its instance only when the chip's
 (k - limit)-th call of that operation has completed. Instances are matched in program order, whenever the
-joins happen.
+joins happen. A collective on a one-member group (a 1-wide axis) moves nothing and completes as it is issued;
+it takes no slot, so it never waits behind the chip's other collectives of its operation.
 
 In symmetric fidelity only representative chips run; a collective starts once its group's representatives
 have joined, every other member presumed to have joined no later (they behave alike). A lone representative
@@ -125,7 +126,8 @@ class CollectiveRuntime:
             )
         if sim.tracer is not None:
             instance.names[rank] = sim.tracer.label(chip, str(call.op))
-        gate = self._gate(chip, call.op, handle)
+        # a one-member group moves nothing: like XLA, which drops it, it holds none of the chip's overlap slots
+        gate = self._gate(chip, call.op, handle) if size > 1 else None
         if gate is None or gate.processed:
             self._join(instance, key, chip, rank, call, tensor, handle)
         else:
