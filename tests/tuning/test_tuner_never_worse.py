@@ -28,7 +28,7 @@ def result() -> TuneResult:
 @pytest.mark.slow
 def test_the_best_is_no_slower_than_any_mesh_it_reports(result: TuneResult) -> None:
     timed = [m.simulated_step_s for m in result.meshes if m.simulated_step_s is not None]
-    assert len(timed) == result.steps_simulated >= 2
+    assert result.steps_simulated >= len(timed) >= 2  # a mesh's plans tied in priced ops are timed too
     assert result.best.step_time_s == min(timed)
     assert all(result.best.step_time_s <= value for value in timed)
     assert result.runner_up is not None and result.runner_up.step_time_s >= result.best.step_time_s

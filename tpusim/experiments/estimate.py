@@ -178,7 +178,8 @@ def _tune(request: TuneRequest, context: Context | None) -> Cost | None:
     """A rough bound: the meshes timed as whole steps (every 2D mesh of the chips when exhaustive, else the
     ``refine_meshes`` refined) times one step's cost on the squarest mesh the step accepts, slice counts chosen by
     the closed forms, for each algorithm searched. The closed-form ranking and the GeMM pricing before it are not
-    counted."""
+    counted, nor a mesh's plans tied in priced ops (``finalists.TIED_PLANS``), which arise where a tensor axis is
+    short: charging every counted step the squarest mesh's cost (the dearest to simulate) usually covers them."""
     from tpusim.config.requests import EVERY_ALGORITHM, EVERY_ZERO_STAGE, StepRequest, parse_request
     from tpusim.gemm.registry import algorithms as registered
     from tpusim.tuning.space import factorisations

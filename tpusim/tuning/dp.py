@@ -44,6 +44,10 @@ STAGES = (
 )
 
 
+TIE = 1e-9
+"""Plans whose costs agree to this relative are tied: equal ops, which the DP orders by their options' text."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """A complete choice for one mesh: start layout, one option per FF layer, and its summed cost."""

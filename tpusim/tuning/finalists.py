@@ -1,18 +1,25 @@
 """The tuner's final choice: the searched plans timed as whole steps, the fastest simulated step kept.
 
-Every mesh whose options the search priced by simulation is a finalist with its best plan (and its second plan when
-it is the only mesh). Each finalist is simulated as a whole step, its data-parallel synchronisation, overlap limits
-and all, so no closed-form tail (``data_tail``) decides between them; the answer is the fastest step simulated, and
-the runner-up the fastest of another mesh (the second plan of the same mesh when only one mesh is left).
+Every mesh whose options the search priced by simulation is a finalist with its best plan, every plan tied with it in
+priced ops (up to ``TIED_PLANS``), and its second plan when it is the only mesh. Plans with equal ops are not equal
+steps: a GeMM's collectives share the chip's overlap slots with the data-parallel all-gathers and reduce-scatters,
+so which axis a plan's collectives take decides how much of the data-parallel time hides (on 16 TPUv4 chips, MT-NLG
+under the collective 2D GeMM: four tied plans of the 4x1x4 layout take 35.02 to 39.13 s). Each finalist is
+simulated as a whole step, its data-parallel synchronisation, overlap limits and all, so no closed-form tail
+(``data_tail``) decides between them; the answer is the fastest step simulated, and the runner-up the fastest of
+another mesh (the second plan of the same mesh when only one mesh is left).
 
-Past the first two (the second is the runner-up), a finalist is left untimed only when it cannot win: its ops
-alone (the plan's per-layer cost over every layer and
-micro-batch, ``ops_bound``) already reach the fastest step simulated. A chip runs its ops one after another and its
-data-parallel transfers only add exposed time, so a whole step is never shorter than that sum (the step model:
-docs/workloads.md#the-autotuner). Under ``exhaustive`` the same bound drives a branch and bound over every plan of
-every mesh: plans are timed in increasing order of the bound until it reaches the fastest step, so the answer is
-the whole-step optimum of the space the search states, unless a mesh has more than ``EXHAUSTIVE_STEPS`` plans below
-the bound (a note then names it).
+A finalist is left untimed only when it can be neither the answer nor the runner-up: its bound (``ops_bound``)
+already reaches the fastest step simulated and, unless it is of the best's own mesh, the fastest of another mesh
+(the first finalist of a second mesh is therefore always timed, as is a single mesh's second plan). A chip
+runs its ops one after another and its data-parallel transfers only add exposed time, but a prefetch policy that
+starts a GeMM's early transfers (its weight gather, MeshSlice's first slice, SUMMA's first panel, Cannon's skew)
+behind the ops before it can make the GeMM shorter inside the step than alone: the bound therefore sums every op
+over every layer and micro-batch with each GeMM timed from when its early transfers have arrived (``gemm.hoisted``),
+which no step undercuts (the step model: docs/workloads.md#the-autotuner). Under ``exhaustive`` the same bound
+drives a branch and bound over every plan of every mesh: plans are timed in increasing order of the bound (the DP on
+the hoisted prices) until it reaches the fastest step, so the answer is the whole-step optimum of the space the
+search states, unless a mesh has more than ``EXHAUSTIVE_STEPS`` plans below the bound (a note then names it).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tpusim.model.step import StepResult, StepSpec, simulate_step
-from tpusim.tuning.dp import Plan
+from tpusim.tuning.dp import TIE, Plan
 from tpusim.tuning.result import Choice
 
 if TYPE_CHECKING:
@@ -34,7 +41,18 @@ if TYPE_CHECKING:
     from tpusim.tuning.parallel import Entries, SimulationPool
     from tpusim.tuning.space import MeshCandidate
 
-__all__ = ["Finalist", "Searched", "Timed", "ops_bound", "time_exhaustively", "time_finalists"]
+__all__ = ["TIED_PLANS", "Finalist", "Searched", "Timed", "mesh_finalists", "ops_bound", "time_exhaustively",
+           "time_finalists"]
+
+TIED_PLANS = 4
+"""Plans of one mesh, its best included, timed as whole steps when the DP finds them tied in priced ops (equal to
+``TIE`` relative). Ties are common where a tensor axis is short (its dataflows cost alike); past this many a mesh's
+tied plans are left untimed, a bound on the default search's work that ``exhaustive`` does not have. The ones timed
+are chosen to differ most (``_spread``), since the DP's own order (by the options' text) only varies the last
+layers."""
+
+TIED_CANDIDATES = 64
+"""Tied plans of one mesh that ``_spread`` chooses among."""
 
 
 class Searched(Protocol):
@@ -50,6 +68,10 @@ class Searched(Protocol):
     def step_network(self) -> Network: ...
 
     def plans(self, simulated: bool, keep: int) -> list[Plan]: ...
+
+    def bounded_plans(self, keep: int) -> list[Plan]: ...
+
+    def lower_bound(self, plan: Plan) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -78,19 +100,49 @@ class Timed:
 
 
 def ops_bound(plan: Plan, search: Searched, layers: int) -> float:
-    """The least a whole step of ``plan`` (of ``search``'s mesh) can take: its priced ops over every layer and
-    micro-batch."""
-    return plan.cost * layers * search.whole.microbatches
+    """The least a whole step of ``plan`` (of ``search``'s mesh) can take: its ops over every layer and micro-batch,
+    each GeMM timed from when its early transfers have arrived (``MeshSearch.lower_bound``)."""
+    return search.lower_bound(plan) * layers * search.whole.microbatches
 
 
 def estimate(finalist: Finalist, layers: int) -> float:
-    """The search's estimate of a finalist's whole step: its ops plus the closed-form data-parallel tail."""
-    return ops_bound(finalist.plan, finalist.search, layers) + finalist.search.tail
+    """The search's estimate of a finalist's whole step: its priced ops plus the closed-form data-parallel tail."""
+    return finalist.plan.cost * layers * finalist.search.whole.microbatches + finalist.search.tail
 
 
 def bound(finalist: Finalist, layers: int) -> float:
     """``ops_bound`` of a finalist."""
     return ops_bound(finalist.plan, finalist.search, layers)
+
+
+def mesh_finalists(search: Searched, plans: Sequence[Plan], second: bool) -> list[Finalist]:
+    """A refined mesh's finalists: its best plan of ``plans`` (the DP's, cheapest first) with the plans tied with it
+    in priced ops, up to ``TIED_PLANS``, and its second plan when ``second`` asks for it (the only mesh left)."""
+    # a one-chip replica moves nothing over its tensor axes, so its tied plans are one step; otherwise the same DP
+    # on the same prices, whose first plan is ``plans[0]``
+    one_chip = math.prod(search.candidate.mesh) == 1
+    tied = [plans[0]] if one_chip else [p for p in search.plans(simulated=True, keep=TIED_CANDIDATES)
+                                        if math.isclose(p.cost, plans[0].cost, rel_tol=TIE)]
+    chosen = _spread(tied, TIED_PLANS)
+    if second and len(plans) > 1 and plans[1] not in chosen:
+        chosen.append(plans[1])
+    return [Finalist(search, plan) for plan in chosen]
+
+
+def _spread(plans: Sequence[Plan], count: int) -> list[Plan]:
+    """``count`` of ``plans`` (the first always) chosen one by one as the plan whose nearest chosen one differs from it
+    in the most layers (the earlier plan on ties): the tied plans that take their collectives most differently."""
+    chosen = list(plans[:1])
+    rest = list(plans[1:])
+    while rest and len(chosen) < count:
+        far = max(rest, key=lambda p: (min(_differing(p, c) for c in chosen), -rest.index(p)))
+        chosen.append(far)
+        rest.remove(far)
+    return chosen
+
+
+def _differing(one: Plan, other: Plan) -> int:
+    return sum(a != b for a, b in zip(one.options, other.options, strict=True))
 
 
 def step_spec(finalist: Finalist) -> StepSpec:
@@ -109,25 +161,39 @@ def time_finalists(pool: SimulationPool | None, finalists: Sequence[Finalist],
                    layers: int) -> tuple[list[Timed], list[Finalist]]:
     """Time each finalist that can still win as a whole step, in increasing order of its bound (the first in this
     process, the others meanwhile on the workers when there are any). Returns the timed ones, fastest first (ties:
-    the earlier finalist), and those left untimed because their ops alone reach the fastest step."""
+    the earlier finalist), and those left untimed because their bound shows they can be neither the answer nor the
+    runner-up."""
     order = sorted(finalists, key=lambda f: (bound(f, layers), f.key))
     futures: list[Future[StepResult] | None] = [
         pool.step(step_spec(f), f.search.step_network, f.search.simulations)
         if pool is not None and number > 0 else None for number, f in enumerate(order)]
     timed: list[Timed] = []
     untimed: list[Finalist] = []
-    fastest = math.inf
+    one_mesh = len({f.key for f in order}) == 1
     for finalist, future in zip(order, futures, strict=True):
-        # the first two are always timed: the second is the runner-up the result reports
-        if len(timed) >= 2 and bound(finalist, layers) >= fastest:
+        if not _may_place(finalist, timed, layers, one_mesh):
             if future is not None:
                 future.cancel()
             untimed.append(finalist)
             continue
         result = future.result() if future is not None else _simulate(finalist)  # a worker's error: here
         timed.append(Timed(finalist, result))
-        fastest = min(fastest, result.step_time_s)
     return _ranked(timed, finalists), untimed
+
+
+def _may_place(finalist: Finalist, timed: Sequence[Timed], layers: int, one_mesh: bool) -> bool:
+    """Whether ``finalist`` may still be the answer or the runner-up (the fastest step of another mesh than the
+    best's; of a single mesh, its second plan) given the steps ``timed`` so far."""
+    if not timed or (one_mesh and len(timed) == 1):
+        return True
+    low = bound(finalist, layers)
+    best = min(timed, key=lambda t: t.step_time_s)
+    if low < best.step_time_s:
+        return True
+    if finalist.key == best.finalist.key:
+        return False
+    others = [t.step_time_s for t in timed if t.finalist.key != best.finalist.key]
+    return not others or low < min(others)
 
 
 EXHAUSTIVE_STEPS = 64
@@ -144,7 +210,7 @@ def time_exhaustively(searches: Sequence[Searched], layers: int,
     hears the count of whole steps timed so far."""
     fastest = math.inf
     timed: list[Timed] = []
-    firsts = [(s.plans(simulated=True, keep=1), s) for s in searches]
+    firsts = [(s.bounded_plans(keep=1), s) for s in searches]
     order = sorted(((plans[0], s) for plans, s in firsts if plans),
                    key=lambda item: (ops_bound(item[0], item[1], layers), item[1].candidate.key))
     finalists: list[Finalist] = []
@@ -152,7 +218,7 @@ def time_exhaustively(searches: Sequence[Searched], layers: int,
     for _, search in order:
         keep, seen, count = 1, 0, 0
         while True:
-            plans = search.plans(simulated=True, keep=keep)
+            plans = search.bounded_plans(keep=keep)
             for plan in plans[seen:]:
                 if ops_bound(plan, search, layers) >= fastest:
                     break

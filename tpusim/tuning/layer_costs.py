@@ -27,6 +27,7 @@ from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.costs import CostModel, NoClosedForm
 from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity
+from tpusim.gemm.hoisted import hoisted_time, hoists
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import analytic_gemm, simulate_gemm
 from tpusim.hardware import ChipModel
@@ -38,6 +39,15 @@ from tpusim.tuning.space import LayerOption, layer_problems
 from tpusim.vocabulary import CollectiveOp, Fidelity
 
 ANALYTIC = "analytic"
+
+
+def hoisted_mode(fidelity: Fidelity) -> str:
+    """The pricing mode of a GeMM timed from when its early transfers have arrived (``CostCache.hoisted``)."""
+    return f"hoisted {fidelity}"
+
+
+Job = tuple[tuple[Any, ...], GemmProblem, GemmParams, bool]
+"""A GeMM to price by simulation: (cache key, problem, parameters, whether it is timed hoisted)."""
 
 
 def one_hop(mapping: MeshMapping) -> MeshMapping:
@@ -93,6 +103,21 @@ class CostCache:
             self.simulations += 1
             value = simulate_gemm(problem, algorithm, params, network, fidelity=Fidelity(mode)).time_s
         self._times[key] = value
+        return value
+
+    def hoisted(self, problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network,
+                hardware_key: str, fidelity: Fidelity) -> float:
+        """The GeMM's time once its early transfers have arrived (``gemm.hoisted``), simulated at ``fidelity``."""
+        if not hoists(algorithm, problem, params, network.mapping.shape):  # its own time: one price, one key
+            value = self.gemm(problem, algorithm, params, network, hardware_key, str(fidelity))
+            assert value is not None
+            return value
+        key = self.key(problem, algorithm, params, hardware_key, network.mapping, hoisted_mode(fidelity))
+        if key not in self._times:
+            self.simulations += 1
+            self._times[key] = hoisted_time(problem, algorithm, params, network, fidelity)
+        value = self._times[key]
+        assert value is not None
         return value
 
 
@@ -173,17 +198,25 @@ class LayerPricer:
         assert value is not None
         return value
 
-    def unsimulated(self, layer: FFLayer, option: LayerOption) -> list[tuple[tuple[Any, ...], GemmProblem,
-                                                                               GemmParams]]:
-        """The GeMMs ``simulated`` would run for ``option`` that the cache does not hold yet: (cache key,
-        problem, parameters) each."""
+    def hoisted(self, layer: FFLayer, option: LayerOption) -> float:
+        """Sum of the layer's GeMMs, each timed from when its early transfers have arrived: the least the layer can
+        take inside a step (``gemm.hoisted``)."""
+        ctx = self.context
+        return sum(times * self.cache.hoisted(problem, ctx.algorithm, params, self.network, self._hardware_key,
+                                              ctx.fidelity)
+                   for times, problem, params in self._gemms(layer, option))
+
+    def unsimulated(self, layer: FFLayer, option: LayerOption, hoisted: bool = False) -> list[Job]:
+        """The GeMMs ``simulated`` (``hoisted``: ``hoisted``) would run for ``option`` that the cache does not hold
+        yet: (cache key, problem, parameters, hoisted) each."""
         ctx = self.context
         found = []
         for _, problem, params in self._gemms(layer, option):
+            bound = hoisted and hoists(ctx.algorithm, problem, params, self.mapping.shape)
             key = self.cache.key(problem, ctx.algorithm, params, self._hardware_key, self.mapping,
-                                 str(ctx.fidelity))
+                                 hoisted_mode(ctx.fidelity) if bound else str(ctx.fidelity))
             if not self.cache.holds(key):
-                found.append((key, problem, params))
+                found.append((key, problem, params, bound))
         return found
 
 

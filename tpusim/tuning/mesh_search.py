@@ -15,14 +15,12 @@ from typing import Any
 
 from tpusim.collectives.network import Network
 from tpusim.engine.context import Context
-from tpusim.gemm.dataflow import GemmProblem
 from tpusim.gemm.fidelity import resolve_fidelity, symmetric_obstacle
-from tpusim.gemm.params import GemmParams
 from tpusim.model.layer import FF_LAYERS, FFLayer, kv_heads_on_mesh
 from tpusim.model.step import StepSpec
 from tpusim.tuning.capacity import PanelLimit, option_panels
 from tpusim.tuning.dp import STAGES, Plan, best_plans, count_plans, output_flag
-from tpusim.tuning.layer_costs import CostCache, LayerPricer, PricingContext, non_ff_time, non_ff_twin
+from tpusim.tuning.layer_costs import CostCache, Job, LayerPricer, PricingContext, non_ff_time, non_ff_twin
 from tpusim.tuning.parallel import Entries
 from tpusim.tuning.result import MeshReport
 from tpusim.tuning.space import LayerOption, MeshCandidate, layer_options
@@ -50,6 +48,7 @@ class MeshSearch:
         self.flips = flips
         self.twin_prices: dict[tuple[int, LayerOption], float] = {}
         self.des_prices: dict[tuple[int, LayerOption], float] = {}
+        self.hoisted_prices: dict[tuple[int, LayerOption], float] = {}  # what bounds a whole step (``lower_bound``)
         self.window: set[tuple[int, LayerOption]] | None = None  # what the DES-priced DP may use
         self.bounded = 0  # options ranked by the one-hop bound
         self.twin_fallbacks = 0  # options ranked by DES for want of any closed form
@@ -130,6 +129,29 @@ class MeshSearch:
             self.des_prices[key] = self.pricer.simulated(self.layers[index], option)
         return self.des_prices[key]
 
+    def by_hoisted(self, index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
+        return [(o, self._hoisted(index, o)) for o in self.windowed(index, flag, required)]
+
+    def _hoisted(self, index: int, option: LayerOption) -> float:
+        key = (index, option)
+        if key not in self.hoisted_prices:
+            self.hoisted_prices[key] = self.pricer.hoisted(self.layers[index], option)
+        return self.hoisted_prices[key]
+
+    def lower_bound(self, plan: Plan) -> float:
+        """The least one layer of ``plan`` (DES-priced) can take inside a whole step: its ops with every early
+        transfer the prefetch policy may start before its GeMM already arrived (``gemm.hoisted``)."""
+        return plan.cost - sum(self._simulate(index, option) - self._hoisted(index, option)
+                               for index, option in enumerate(plan.options))
+
+    def bounded_plans(self, keep: int) -> list[Plan]:
+        """The ``keep`` DES-priced plans of least ``lower_bound``, in that order, each carrying its DES cost."""
+        found = best_plans(self.by_hoisted, self.non_ff(True), flips=self.flips, attention_ok=self.attention_ok,
+                           keep=keep)
+        return [replace(plan, cost=plan.cost + sum(self._simulate(index, option) - self._hoisted(index, option)
+                                                   for index, option in enumerate(plan.options)))
+                for plan in found]
+
     def non_ff(self, simulated: bool) -> dict[bool, float]:
         """Per allowed start layout, one layer's non-FF time (twin for ranking, DES for the final DP)."""
         times = {}
@@ -153,9 +175,10 @@ class MeshSearch:
         return best_plans(priced, self.non_ff(simulated), flips=self.flips, attention_ok=self.attention_ok,
                           keep=keep)
 
-    def unsimulated(self) -> list[tuple[tuple[Any, ...], GemmProblem, GemmParams]]:
+    def unsimulated(self, bounds: bool = False) -> list[Job]:
         """The GeMMs ``plans(simulated=True)`` will simulate, found by a dry run of the DP: which options it asks
-        for depends on the options alone, never on their prices. (cache key, problem, parameters) each, once."""
+        for depends on the options alone, never on their prices. With ``bounds``, also the hoisted GeMMs
+        ``bounded_plans`` will time for the same options. (cache key, problem, parameters, hoisted) each, once."""
         asked: dict[tuple[int, LayerOption], None] = {}
 
         def record(index: int, flag: bool, required: bool | None) -> list[tuple[LayerOption, float]]:
@@ -165,11 +188,13 @@ class MeshSearch:
 
         best_plans(record, dict.fromkeys(self.starts, 0.0), flips=self.flips, attention_ok=self.attention_ok,
                    keep=1)
-        gemms = {}
+        gemms: dict[tuple[Any, ...], Job] = {}
         for index, option in asked:
-            if (index, option) not in self.des_prices:
-                gemms.update({key: (key, problem, params) for key, problem, params
-                              in self.pricer.unsimulated(self.layers[index], option)})
+            wanted = [(False, self.des_prices), (True, self.hoisted_prices)] if bounds else [(False, self.des_prices)]
+            for hoisted, held in wanted:
+                if (index, option) not in held:
+                    gemms.update({job[0]: job for job in self.pricer.unsimulated(self.layers[index], option,
+                                                                                 hoisted)})
         return list(gemms.values())
 
     def space_size(self) -> int:

@@ -39,6 +39,7 @@ from tpusim.engine.lifetime import Lifeline, deaf_children, hold, ignore_interru
 from tpusim.engine.signals import interrupts_deferred
 from tpusim.gemm.algorithm import GemmAlgorithm
 from tpusim.gemm.dataflow import GemmProblem
+from tpusim.gemm.hoisted import hoisted_time
 from tpusim.gemm.params import GemmParams
 from tpusim.gemm.simulate import simulate_gemm
 from tpusim.model.step import StepResult, StepSpec, simulate_step
@@ -66,8 +67,9 @@ Entries = list[tuple[str, dict[str, Any]]]
 """Timing-cache entries (``engine.cache``) a task computed, for the caller's context to adopt."""
 
 
-Group = tuple[Sequence[tuple[GemmProblem, GemmParams]], GemmAlgorithm, Network, Fidelity]
-"""GeMMs of one mesh: (problem, parameters) each, the algorithm, the mesh's network model and the fidelity."""
+Group = tuple[Sequence[tuple[GemmProblem, GemmParams, bool]], GemmAlgorithm, Network, Fidelity]
+"""GeMMs of one mesh: (problem, parameters, hoisted: timed from when its early transfers have arrived) each, the
+algorithm, the mesh's network model and the fidelity."""
 
 
 def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list[list[float]], Entries]:
@@ -77,8 +79,9 @@ def _simulate_groups(groups: Sequence[Group], folder: Path | None) -> tuple[list
     times = []
     for jobs, algorithm, network, fidelity in groups:
         placed = network.on(context)
-        times.append([simulate_gemm(problem, algorithm, params, placed, fidelity=fidelity).time_s
-                      for problem, params in jobs])
+        times.append([hoisted_time(problem, algorithm, params, placed, fidelity) if hoisted
+                      else simulate_gemm(problem, algorithm, params, placed, fidelity=fidelity).time_s
+                      for problem, params, hoisted in jobs])
     return times, list(context.timings.memory.items())
 
 
@@ -140,8 +143,8 @@ class SimulationPool:
             self.abandon()
             raise
 
-    def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams]], GemmAlgorithm,
-                                                  Network, Fidelity]]) -> PendingTimes:
+    def gemm_groups(self, groups: Sequence[tuple[Sequence[tuple[Hashable, GemmProblem, GemmParams, bool]],
+                                                  GemmAlgorithm, Network, Fidelity]]) -> PendingTimes:
         """Submit the GeMMs of several meshes (each group under the caller's keys) as one task per worker: each
         worker takes every ``workers``-th GeMM of every mesh (neighbouring options cost alike), so a worker is sent
         its whole share once and reuses, in one context, what it simulated for one mesh on the next."""
@@ -151,11 +154,11 @@ class SimulationPool:
                       for jobs, algorithm, network, fidelity in groups]
             shares = [share for share in shares if share[0]]
             if shares:
-                future = self._executor.submit(_grouped, [([(p, q) for _, p, q in jobs], algorithm, network, fidelity)
-                                                          for jobs, algorithm, network, fidelity in shares],
+                future = self._executor.submit(_grouped, [([(p, q, h) for _, p, q, h in jobs], algorithm, network,
+                                                           fidelity) for jobs, algorithm, network, fidelity in shares],
                                                self.folder)
                 self._submitted.append(future)
-                parts.append(([key for jobs, *_ in shares for key, _, _ in jobs], future))
+                parts.append(([job[0] for jobs, *_ in shares for job in jobs], future))
         return PendingTimes(parts)
 
     def step(self, spec: StepSpec, network: Network, entries: Entries) -> Future[StepResult]:

@@ -3,6 +3,7 @@ and the leaders chosen for the DES refinement with the window of options each ma
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from tpusim.gemm.params import GemmParams
@@ -12,6 +13,7 @@ from tpusim.model.memory import MemoryPlan
 from tpusim.model.plan import derived_spec
 from tpusim.model.step import StepSpec
 from tpusim.tuning.data_tail import data_parallel_tail
+from tpusim.tuning.dp import TIE
 from tpusim.tuning.gates import Admission
 from tpusim.tuning.layer_costs import CostCache, PricingContext, pass_multiplicity
 from tpusim.tuning.mesh_search import MeshSearch, mesh_report
@@ -22,6 +24,7 @@ from tpusim.vocabulary import Recompute
 
 MESH_MARGIN = 0.02  # meshes whose analytic estimate is this close to the best are refined too
 SEED_PLANS = 4  # analytic plans per mesh whose options seed the refinement
+TIED_SEEDS = 16  # analytic plans tied with a mesh's best that seed it too (``finalists.TIED_PLANS``)
 
 
 def replica_spec(setting: Setting, batch: int, memory: MemoryPlan) -> StepSpec:
@@ -75,7 +78,9 @@ def rank_meshes(searches: list[MeshSearch], reports: dict[tuple[str, str], MeshR
     """Rank the meshes by their analytic best and seed the refinement of the leaders (default search)."""
     ranked = []
     for search in searches:
-        plans = search.plans(simulated=False, keep=SEED_PLANS)
+        found = search.plans(simulated=False, keep=TIED_SEEDS)
+        plans = found[:SEED_PLANS] + [p for p in found[SEED_PLANS:] if math.isclose(p.cost, found[0].cost,
+                                                                                     rel_tol=TIE)]
         if plans:
             ranked.append((search.ranking_cost(plans[0], layers), search.candidate.key, search, plans))
         reports[search.candidate.key] = mesh_report(search, plans, simulated=False, layers=layers)

@@ -17,11 +17,12 @@ Refined = tuple[float, tuple[str, str], MeshSearch, list[Plan]]
 
 def refine(refined: Sequence[MeshSearch], pool: SimulationPool | None, reports: dict[tuple[str, str], MeshReport],
            layers: int, say: Callable[[str], None], done: Callable[[int], None],
-           name: Callable[[MeshCandidate], str]) -> list[Refined]:
+           name: Callable[[MeshCandidate], str], bounds: bool = False) -> list[Refined]:
     """The meshes that have a plan on DES prices, cheapest first; every mesh's report is updated, keeping its
-    analytic estimate. ``done`` hears the count of meshes refined as each ends."""
+    analytic estimate. ``done`` hears the count of meshes refined as each ends; ``bounds`` (the exhaustive search)
+    has the workers time the hoisted GeMMs of the whole-step bound too."""
     # every refined mesh's GeMMs go to the workers at once, one task per worker (``parallel``)
-    submitted = submit(pool, refined) if pool is not None else None
+    submitted = submit(pool, refined, bounds) if pool is not None else None
     final = []
     for number, search in enumerate(refined, start=1):
         say(f"simulating the best candidates of mesh {name(search.candidate)} ({number} of {len(refined)})")
@@ -39,9 +40,10 @@ def refine(refined: Sequence[MeshSearch], pool: SimulationPool | None, reports: 
     return final
 
 
-def submit(pool: SimulationPool, searches: Sequence[MeshSearch]) -> PendingTimes:
-    """Hand the GeMMs the meshes' DES-priced DPs will simulate to the worker processes, in one batch."""
-    return pool.gemm_groups([(search.unsimulated(), search.context.algorithm, search.pricer.network,
+def submit(pool: SimulationPool, searches: Sequence[MeshSearch], bounds: bool) -> PendingTimes:
+    """Hand the GeMMs the meshes' DES-priced DPs will simulate (and with ``bounds`` the hoisted ones their bounds
+    will time) to the worker processes, in one batch."""
+    return pool.gemm_groups([(search.unsimulated(bounds), search.context.algorithm, search.pricer.network,
                               search.context.fidelity)
                              for search in searches])
 

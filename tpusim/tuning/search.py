@@ -16,15 +16,17 @@ Default search:
    Where an axis is multi-hop the twins claim no closed form; the one-hop bound (``layer_costs``) ranks
    such meshes instead, optimistically, so that they are refined rather than dropped.
 3. Refine the best ``refine_meshes`` meshes (and any within ``MESH_MARGIN`` of the best): price by DES the
-   options of their best analytic plans, every feasible K within a factor 2 of each chosen K, and the
-   best K of any other dataflow within ``OPTION_MARGIN`` of the chosen one; rerun the DP on those prices.
+   options of their best analytic plans (and of those tied with the best), every feasible K within a factor 2 of
+   each chosen K, and the best K of any other dataflow within ``OPTION_MARGIN`` of the chosen one; rerun the DP on
+   those prices.
    On meshes simulated at full fidelity (every chip; slow), the K window is left out.
-4. Time the finalists as whole steps (``finalists``): the best plan of every mesh refined in step 3 (and the
-   second plan when a single mesh is left), each simulated with its data-parallel synchronisation instead of the
-   closed-form tail; the fastest simulated step is the answer, so it is never slower than any configuration the
-   search timed. A finalist whose ops alone already take longer than the fastest step is not timed (a note says so).
+4. Time the finalists as whole steps (``finalists``): the best plan of every mesh refined in step 3, the plans tied
+   with it in priced ops (a few), and the second plan when a single mesh is left, each simulated with its
+   data-parallel synchronisation instead of the closed-form tail; the fastest simulated step is the answer, so it is
+   never slower than any configuration the search timed. A finalist whose bound (its ops, each GeMM's early
+   transfers already arrived) reaches the fastest step is not timed (a note says so).
 ``exhaustive`` prices every option of every mesh by DES in step 2 and skips step 3, and step 4 times the plans of
-every mesh by branch and bound on that ops bound: the whole-step optimum of the stated space.
+every mesh by branch and bound on that bound: the whole-step optimum of the stated space.
 Step times are layers x (non-FF ops + the FF layers' GeMMs): ops run one after another on each chip.
 
 This module runs the stages in order; ``gates`` admits the layouts of step 1, ``ranking`` is step 2, ``refinement``
@@ -48,6 +50,7 @@ from tpusim.tuning.finalists import (
     Finalist,
     Timed,
     choice,
+    mesh_finalists,
     runner_up,
     time_exhaustively,
     time_finalists,
@@ -102,7 +105,8 @@ def _search(request: TuneSpec, cache: CostCache, progress: Callable[[str], None]
     refined = searches if request.exhaustive else rank_meshes(searches, reports, request.refine_meshes, layers)
     total = len(refined) + 2  # the ranking, each refined mesh, the whole steps
     count(1, total)
-    final = refine(refined, pool, reports, layers, say, lambda number: count(1 + number, total), names.name)
+    final = refine(refined, pool, reports, layers, say, lambda number: count(1 + number, total), names.name,
+                   bounds=request.exhaustive)
     if not final:
         raise no_mesh(request, setting.batch, unrefined(rejected, reports))
 
@@ -189,12 +193,16 @@ def _whole_steps(request: TuneSpec, pool: SimulationPool | None, final: list[Ref
                          "plans whose ops could still beat the best step; the rest were not timed, so the answer is "
                          "the optimum of the plans timed")
         return timed, []
-    # every mesh the search simulated is a finalist with its best plan; a single mesh adds its second plan
-    finalists = [Finalist(search, plans[0]) for _, _, search, plans in final]
-    if len(final) == 1 and len(final[0][3]) > 1:
-        finalists.append(Finalist(final[0][2], final[0][3][1]))
+    # every mesh the search simulated is a finalist with its best plan and those tied with it; a single mesh adds
+    # its second plan
+    finalists = [f for _, _, search, plans in final for f in mesh_finalists(search, plans, len(final) == 1)]
     say(f"timing the best configuration{' and the runner-up' if len(finalists) > 1 else ''} as whole steps")
-    return time_finalists(pool, finalists, layers)
+    timed, untimed = time_finalists(pool, finalists, layers)
+    # a mesh one of whose plans was timed is not "left untimed"; another is named once, by its cheapest plan
+    named: dict[tuple[str, str], Finalist] = {}
+    for left in untimed:  # in increasing order of their bound
+        named.setdefault(left.key, left)
+    return timed, [f for key, f in named.items() if key not in {t.finalist.key for t in timed}]
 
 
 def _result(setting: Setting, chosen: tuple[Choice, Choice | None], searches: list[MeshSearch], timed: list[Timed],
