@@ -48,10 +48,12 @@ def hoisted_time(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmPar
     if not hoists(algorithm, problem, params, mesh):
         return simulate_gemm(problem, algorithm, params, network, fidelity=fidelity).time_s
     check_gemm(algorithm, problem, mesh, params)
-    resolved, _ = resolve_fidelity(fidelity, symmetric_obstacle(algorithm, params, network))
+    # slowed links break the symmetry a representative chip stands for, and key the timing, as in ``simulate_gemm``
+    overrides = dict(network.link_overrides)
+    resolved, _ = resolve_fidelity(fidelity, symmetric_obstacle(algorithm, params, network, overrides=bool(overrides)))
     timings = network.context.timings
     key = cache_key("gemm-hoisted", problem, algorithm.name, params, network.hardware, network.mapping.describe(),
-                    resolved)
+                    resolved, *((overrides,) if overrides else ()))
     cached = timings.get(key)
     if cached is not None:
         return float(cached["time_s"])

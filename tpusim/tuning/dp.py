@@ -20,6 +20,7 @@ For 1D algorithms the flags do not apply: every option is untransposed and nothi
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ TIE = 1e-9
 """Plans whose costs agree to this relative are tied: equal ops, which the DP orders by their options' text."""
 
 
+
 @dataclass(frozen=True)
 class Plan:
     """A complete choice for one mesh: start layout, one option per FF layer, and its summed cost."""
@@ -59,6 +61,11 @@ class Plan:
     def sort_key(self) -> tuple[float, bool, tuple[str, ...]]:
         # ties are broken by the options' text so that results do not depend on dict ordering
         return (self.cost, self.start, tuple(o.describe() for o in self.options))
+
+
+def tied(plans: Sequence[Plan], best: Plan) -> list[Plan]:
+    """Those of ``plans`` tied with ``best`` in cost (``TIE``), in their order."""
+    return [plan for plan in plans if math.isclose(plan.cost, best.cost, rel_tol=TIE)]
 
 
 # (stage index, input flag, required output flag or None) -> options with that transpose flag, with costs

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tpusim.model.step import StepResult, StepSpec, simulate_step
-from tpusim.tuning.dp import TIE, Plan
+from tpusim.tuning.dp import Plan, tied
 from tpusim.tuning.result import Choice
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ __all__ = ["TIED_PLANS", "Finalist", "Searched", "Timed", "mesh_finalists", "ops
 
 TIED_PLANS = 4
 """Plans of one mesh, its best included, timed as whole steps when the DP finds them tied in priced ops (equal to
-``TIE`` relative). Ties are common where a tensor axis is short (its dataflows cost alike); past this many a mesh's
+``dp.TIE`` relative). Ties are common where a tensor axis is short (its dataflows cost alike); past this many a mesh's
 tied plans are left untimed, a bound on the default search's work that ``exhaustive`` does not have. The ones timed
 are chosen to differ most (``_spread``), since the DP's own order (by the options' text) only varies the last
 layers."""
@@ -121,9 +121,8 @@ def mesh_finalists(search: Searched, plans: Sequence[Plan], second: bool) -> lis
     # a one-chip replica moves nothing over its tensor axes, so its tied plans are one step; otherwise the same DP
     # on the same prices, whose first plan is ``plans[0]``
     one_chip = math.prod(search.candidate.mesh) == 1
-    tied = [plans[0]] if one_chip else [p for p in search.plans(simulated=True, keep=TIED_CANDIDATES)
-                                        if math.isclose(p.cost, plans[0].cost, rel_tol=TIE)]
-    chosen = _spread(tied, TIED_PLANS)
+    ties = [plans[0]] if one_chip else tied(search.plans(simulated=True, keep=TIED_CANDIDATES), plans[0])
+    chosen = _spread(ties, TIED_PLANS)
     if second and len(plans) > 1 and plans[1] not in chosen:
         chosen.append(plans[1])
     return [Finalist(search, plan) for plan in chosen]

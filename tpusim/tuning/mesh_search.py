@@ -141,16 +141,18 @@ class MeshSearch:
     def lower_bound(self, plan: Plan) -> float:
         """The least one layer of ``plan`` (DES-priced) can take inside a whole step: its ops with every early
         transfer the prefetch policy may start before its GeMM already arrived (``gemm.hoisted``)."""
-        return plan.cost - sum(self._simulate(index, option) - self._hoisted(index, option)
-                               for index, option in enumerate(plan.options))
+        return plan.cost - self._hoisting(plan)
 
     def bounded_plans(self, keep: int) -> list[Plan]:
         """The ``keep`` DES-priced plans of least ``lower_bound``, in that order, each carrying its DES cost."""
         found = best_plans(self.by_hoisted, self.non_ff(True), flips=self.flips, attention_ok=self.attention_ok,
                            keep=keep)
-        return [replace(plan, cost=plan.cost + sum(self._simulate(index, option) - self._hoisted(index, option)
-                                                   for index, option in enumerate(plan.options)))
-                for plan in found]
+        return [replace(plan, cost=plan.cost + self._hoisting(plan)) for plan in found]
+
+    def _hoisting(self, plan: Plan) -> float:
+        """What the early transfers of ``plan``'s GeMMs cost per layer beyond their hoisted times."""
+        return sum(self._simulate(index, option) - self._hoisted(index, option)
+                   for index, option in enumerate(plan.options))
 
     def non_ff(self, simulated: bool) -> dict[bool, float]:
         """Per allowed start layout, one layer's non-FF time (twin for ranking, DES for the final DP)."""

@@ -3,7 +3,6 @@ and the leaders chosen for the DES refinement with the window of options each ma
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from tpusim.gemm.params import GemmParams
@@ -13,7 +12,7 @@ from tpusim.model.memory import MemoryPlan
 from tpusim.model.plan import derived_spec
 from tpusim.model.step import StepSpec
 from tpusim.tuning.data_tail import data_parallel_tail
-from tpusim.tuning.dp import TIE
+from tpusim.tuning.dp import tied
 from tpusim.tuning.gates import Admission
 from tpusim.tuning.layer_costs import CostCache, PricingContext, pass_multiplicity
 from tpusim.tuning.mesh_search import MeshSearch, mesh_report
@@ -79,8 +78,7 @@ def rank_meshes(searches: list[MeshSearch], reports: dict[tuple[str, str], MeshR
     ranked = []
     for search in searches:
         found = search.plans(simulated=False, keep=TIED_SEEDS)
-        plans = found[:SEED_PLANS] + [p for p in found[SEED_PLANS:] if math.isclose(p.cost, found[0].cost,
-                                                                                     rel_tol=TIE)]
+        plans = found[:SEED_PLANS] + tied(found[SEED_PLANS:], found[0]) if found else []
         if plans:
             ranked.append((search.ranking_cost(plans[0], layers), search.candidate.key, search, plans))
         reports[search.candidate.key] = mesh_report(search, plans, simulated=False, layers=layers)
