@@ -45,6 +45,11 @@ class Program:
     gate_count: np.ndarray
     gate_release: tuple[np.ndarray, ...]
     roots: np.ndarray
+    # transfers of lines a symmetric run leaves out (``tpusim.engine.lines``), counted as if sent
+    elsewhere_transfers: int = 0
+    # the ranks reported as the program ends, having received nothing in its last phase; None: every such rank
+    # (a program that leaves lines out does not report the ranks of those lines)
+    idle_reported: np.ndarray | None = None
 
     @property
     def empty(self) -> bool:

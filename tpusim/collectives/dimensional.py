@@ -99,9 +99,11 @@ class Dimensional:
             )
         return total
 
-    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
-        """One plan per phase: every part's rings or lines of the group ``emb``."""
-        paths = {piece: list(self._lines(emb, piece)) for piece in range(len(self.pieces))}
+    def plans(self, call: CollectiveCall, emb: RingEmbedding, keep: frozenset[int] | None = None) -> list[Plan]:
+        """One plan per phase: every part's rings or lines of the group ``emb``; with ``keep``, only the lines
+        that hold one of those ranks (``tpusim.engine.lines``: the others run alike and are left out)."""
+        paths = {piece: [line for line in self._lines(emb, piece) if keep is None or not keep.isdisjoint(line[0])]
+                 for piece in range(len(self.pieces))}
         plans = []
         for op, parts in self.phases(call):
             ring_op = RING_OPERATIONS[op]

@@ -36,6 +36,7 @@ from tpusim.errors import NonFiniteError
 
 RankDone = Callable[[int, float], None]
 Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message indices, hop)
+FEW = 64  # messages of a wake-up up to which scalars beat numpy's per-call overheads (advance_few)
 
 
 def _distinct(values: np.ndarray) -> list[int]:
@@ -81,18 +82,22 @@ class HbmCharges:
         elif parts:
             self.ledger.record_many(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
-    def charge_one(self, link: int, nbytes: float, start: float, end: float, *, first: bool, last: bool,
-                   added: float, arrival: float) -> None:
-        """``charge`` for a single message, in scalars (``advance_one``'s twin of the array path)."""
+    def charge_few(self, route: list[int], nbytes: list[float], start: list[float], end: list[float], *,
+                   first: bool, last: list[bool], added: list[float] | None, arrival: list[float]) -> None:
+        """``charge`` for a few messages, in scalars: the same spans filed in the same order (``advance_few``)."""
         ledger = self.ledger
         if first:
-            ledger.record(int(self.link_src[link]), start, end, nbytes)
-        if not last:
+            for link, size, begin, finish in zip(route, nbytes, start, end, strict=True):
+                ledger.record(int(self.link_src[link]), begin, finish, size)
+        if not any(last):
             return
-        dst = int(self.link_dst[link])
-        ledger.record(dst, start, end, nbytes)
-        if added > 0:
-            ledger.record(dst, arrival, arrival + added, nbytes * self.passes)
+        ends = [(int(self.link_dst[link]), k) for k, link in enumerate(route) if last[k]]
+        for dst, k in ends:
+            ledger.record(dst, start[k], end[k], nbytes[k])
+        if added is not None:
+            for dst, k in ends:
+                if added[k] > 0:
+                    ledger.record(dst, arrival[k], arrival[k] + added[k], nbytes[k] * self.passes)
 
 
 def execute_program(
@@ -105,6 +110,7 @@ def execute_program(
     (``reduce_per_byte`` seconds per byte) before the sum moves on or the rank is done.
     """
     start = env.now
+    links.transfers += program.elsewhere_transfers
     if program.empty:
         for rank in range(program.size * program.groups):
             on_rank_done(rank, start)
@@ -123,8 +129,8 @@ def execute_program(
             _, _, idx, hop = heapq.heappop(heap)
             if run.background:
                 run.advance_background(idx, hop, now)
-            elif len(idx) == 1:
-                run.advance_one(int(idx[0]), hop, now)
+            elif len(idx) <= FEW:
+                run.advance_few(idx, hop, now)
             else:
                 run.advance(idx, hop, now)
     return run.finish()
@@ -227,36 +233,61 @@ class _Run:
                             added=added, arrival=arrival)
         self.file(idx, arrival, ~hop)
 
-    def advance_one(self, i: int, hop: int, now: float) -> None:
-        """``advance`` for a single message, in scalars: the same steps without array overhead."""
-        program = self.program
-        link = int(program.route[i, hop])
-        arrival = self.links.transmit_one(link, float(program.nbytes[i]), now)
-        if self.hbm is not None:
-            self.hbm.charge_one(link, float(program.nbytes[i]), float(self.links.last_start),
-                                float(self.links.last_end), first=hop == 0, last=bool(program.hops[i] <= hop + 1),
-                                added=0.0 if self.adding is None else float(self.adding[i]), arrival=arrival)
-        if program.hops[i] > hop + 1:
-            self.file_one(i, arrival, hop + 1)
+    def advance_few(self, idx: np.ndarray, hop: int, now: float) -> None:
+        """``advance`` for a few messages, in scalars: the same transfers, charges and filings in the same order
+        (messages that share a link in one wake-up take the array path, which serializes them)."""
+        program, links = self.program, self.links
+        ids = idx.tolist()
+        route = program.route[idx, hop].tolist()
+        if len(set(route)) < len(route):
+            self.advance(idx, hop, now)
             return
-        if self.adding is not None:
-            arrival += float(self.adding[i])
-        slot = program.slot[i]
-        self.group_end[slot] = max(self.group_end[slot], arrival)
-        if program.final[i]:
-            dst = int(program.dst[i])
-            self.last[dst] = max(self.last[dst], arrival)
-            self.remaining[dst] -= 1
-            if self.remaining[dst] == 0:
-                self.on_rank_done(dst, float(self.last[dst]))
-        nxt = int(program.succ[i])
-        if nxt >= 0:
-            self.file_one(nxt, arrival, 0)
-        gate = int(program.gate_in[i])
-        if gate >= 0:
-            self.gate_time[gate] = max(self.gate_time[gate], arrival)
-            self.gate_left[gate] -= 1
-            if self.gate_left[gate] == 0:
+        nbytes = program.nbytes[idx].tolist()
+        start, end, arrival = links.transmit_few(route, nbytes, now)
+        more = [h > hop + 1 for h in program.hops[idx].tolist()]
+        adding = None if self.adding is None else self.adding[idx].tolist()
+        if self.hbm is not None:
+            self.hbm.charge_few(route, nbytes, start, end, first=hop == 0, last=[not m for m in more],
+                                added=adding, arrival=arrival)
+        if any(more):
+            self.file_few([i for i, m in zip(ids, more, strict=True) if m],
+                          [t for t, m in zip(arrival, more, strict=True) if m], hop + 1)
+            kept = [k for k, m in enumerate(more) if not m]
+            if not kept:
+                return
+            ids, arrival = [ids[k] for k in kept], [arrival[k] for k in kept]
+            adding = None if adding is None else [adding[k] for k in kept]
+        if adding is not None:
+            arrival = [t + a for t, a in zip(arrival, adding, strict=True)]
+        self.arrived_few(ids, arrival)
+
+    def arrived_few(self, ids: list[int], arrival: list[float]) -> None:
+        """``arrived`` for a few messages that reached their destination (reductions added), in scalars."""
+        program = self.program
+        group_end, last, remaining = self.group_end, self.last, self.remaining
+        for slot, when in zip(program.slot[ids].tolist(), arrival, strict=True):
+            if when > group_end[slot]:
+                group_end[slot] = when
+        finals = [(dst, when) for dst, when, final in zip(program.dst[ids].tolist(), arrival,
+                                                           program.final[ids].tolist(), strict=True) if final]
+        if finals:
+            for dst, when in finals:
+                if when > last[dst]:
+                    last[dst] = when
+                remaining[dst] -= 1
+            for rank in sorted({dst for dst, _ in finals if remaining[dst] == 0}):
+                self.on_rank_done(rank, float(last[rank]))
+        follow = [(nxt, when) for nxt, when in zip(program.succ[ids].tolist(), arrival, strict=True) if nxt >= 0]
+        if follow:
+            self.file_few([nxt for nxt, _ in follow], [when for _, when in follow], 0)
+        gated = [(gate, when) for gate, when in zip(program.gate_in[ids].tolist(), arrival, strict=True) if gate >= 0]
+        if gated:
+            gate_time, gate_left = self.gate_time, self.gate_left
+            for gate, when in gated:
+                if when > gate_time[gate]:
+                    gate_time[gate] = when
+                gate_left[gate] -= 1
+            for gate in sorted({gate for gate, _ in gated if gate_left[gate] == 0}):
                 self.open(gate)
 
     def open(self, gate: int) -> None:
@@ -276,12 +307,21 @@ class _Run:
         for k, value in enumerate(values.tolist()):
             heapq.heappush(self.heap, (value, next(self.order), idx[inverse == k], hop))
 
-    def file_one(self, i: int, time: float, hop: int) -> None:
-        heapq.heappush(self.heap, (time, next(self.order), np.array([i]), hop))
+    def file_few(self, ids: list[int], times: list[float], hop: int) -> None:
+        """``file`` for a few messages: one heap entry per distinct time, in increasing time, each keeping the
+        messages' order."""
+        first = times[0]
+        if all(t == first for t in times):
+            heapq.heappush(self.heap, (first, next(self.order), np.array(ids), hop))
+            return
+        for value in sorted(set(times)):
+            heapq.heappush(self.heap, (value, next(self.order),
+                                       np.array([i for i, t in zip(ids, times, strict=True) if t == value]), hop))
 
     def finish(self) -> float:
         """Report the ranks that received nothing in their last phase; return the end of the program."""
         program = self.program
-        for rank in np.flatnonzero(program.incoming == 0).tolist():
+        idle = program.idle_reported if program.idle_reported is not None else np.flatnonzero(program.incoming == 0)
+        for rank in idle.tolist():
             self.on_rank_done(rank, float(self.group_end[rank // program.size]))
         return float(self.group_end.max())

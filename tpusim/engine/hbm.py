@@ -39,6 +39,7 @@ class HbmLedger:
     def __init__(self, traffic: float = 1.0) -> None:
         self.traffic = traffic
         self._row = np.full(0, -1, dtype=np.int64)  # by chip id: its row, or -1 when not watched
+        self._row_of: dict[int, int] = {}  # the same for scalar lookups: the rows of the watched chips
         self._rows = 0  # rows in use; the tables hold more, grown by doubling
         self._count = np.zeros(0, dtype=np.int64)  # live spans per row
         self._start = np.zeros((0, 8))
@@ -56,7 +57,7 @@ class HbmLedger:
             width = self._start.shape[1]
             self._start, self._end, self._bytes = (np.vstack([table, np.zeros((grown - self._rows, width))])
                                                    for table in (self._start, self._end, self._bytes))
-        self._row[chip] = self._rows
+        self._row[chip] = self._row_of[chip] = self._rows
         self._rows += 1
 
     def _rows_of(self, chips: np.ndarray) -> np.ndarray:
@@ -74,9 +75,9 @@ class HbmLedger:
                                                for table in (self._start, self._end, self._bytes))
 
     def record(self, chip: int, start: float, end: float, nbytes: float) -> None:
-        if chip >= len(self._row) or self._row[chip] < 0:
-            return
-        self._file(int(self._row[chip]), start, end, nbytes)
+        row = self._row_of.get(chip)
+        if row is not None:
+            self._file(row, start, end, nbytes)
 
     def _file(self, row: int, start: float, end: float, nbytes: float) -> None:
         at = int(self._count[row])

@@ -23,6 +23,7 @@ from tpusim.engine.channels import ChannelArray
 from tpusim.engine.chip import Chip
 from tpusim.engine.hbm import SharedHbm
 from tpusim.engine.host import HostLinks
+from tpusim.engine.lines import LineSymmetry
 from tpusim.engine.links import LinkArray
 from tpusim.engine.signals import run_events
 from tpusim.engine.trace import Tracer
@@ -100,6 +101,7 @@ class Simulation:
         *,
         tracer: Tracer | None = None,
         chip_slowdown: Mapping[int, float] | None = None,
+        leave_out_lines: bool = False,
     ) -> None:
         self.env = CountingEnvironment()
         self.hardware = hardware = network.hardware
@@ -118,7 +120,10 @@ class Simulation:
         # instant, by call (they run as one program)
         self.links: LinkArray | None = None
         self.channels = ChannelArray()
-        self.starting: dict[Hashable, list[tuple[int, RankDone]]] = {}
+        self.starting: dict[Hashable, list[tuple[int, RankDone, tuple[int, ...]]]] = {}
+        # in a symmetric run, the dimensional lines left out because a kept one runs like them
+        # (``tpusim.engine.lines``); None: every line runs
+        self.lines: LineSymmetry | None = LineSymmetry() if leave_out_lines and tracer is None else None
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}

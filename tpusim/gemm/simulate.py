@@ -20,6 +20,7 @@ from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.cache import cache_key
+from tpusim.engine.lines import with_lines
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
@@ -186,11 +187,16 @@ def _simulate_gemm(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmP
         wd = None if w_global is None else take_block(w_global, sharding.w, mesh, dev.index)
         return ctx, Tensor(x_block, problem.dtype, xd), Tensor(w_block, problem.dtype, wd)
 
-    sim = Simulation(network, tracer=tracer, chip_slowdown=what_if.chip_slowdown)
     reps = representative_chips(algorithm, params, network) if symmetric else None
-    runtime = CollectiveRuntime(sim, network, representatives=reps)
-    outputs = run_spmd(sim, runtime, algorithm.program, blocks)
-    run = account(sim, runtime, symmetric=symmetric)
+
+    def simulate(leave_out_lines: bool) -> tuple[CollectiveRuntime, dict[tuple[int, ...], Any]]:
+        sim = Simulation(network, tracer=tracer, chip_slowdown=what_if.chip_slowdown, leave_out_lines=leave_out_lines)
+        runtime = CollectiveRuntime(sim, network, representatives=reps)
+        return runtime, run_spmd(sim, runtime, algorithm.program, blocks)
+
+    # a symmetric run without a link map leaves out the dimensional lines that run like a kept one (engine.lines)
+    runtime, outputs = with_lines(simulate) if symmetric and link_busy is None else simulate(False)
+    run = account(runtime.sim, runtime, symmetric=symmetric)
     if link_busy is not None:
         link_busy.fill(runtime, symmetric=symmetric, scope="the GeMM")
     notes: list[str] = [why] if why else []
@@ -219,7 +225,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmP
         bytes_sent=None if links is None else links.bytes_sent,
         max_link_bytes=None if links is None else links.max_link_bytes,
         max_link_utilisation=None if links is None else links.max_link_utilisation,
-        transfers=run.transfers, events=sim.events,
+        transfers=run.transfers, events=runtime.sim.events,
         mapping=mapping.describe(), max_abs_error=error, notes=notes,
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.host import HostDirection
+from tpusim.engine.lines import with_lines
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -440,8 +442,22 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
     (else of the chip that finished last; ``accounting.account``), with every directed
     link's busy seconds where ``keep_link_busy``; its spans into ``tracer`` where given; the critical chip's host
     copies where ``host`` offloads tensors). ``dcn_slices`` > 1: the slice simulated is one of that many joined
-    over the profile's DCN (representative chips stand for their hosts, ``tpusim.collectives.dcn``)."""
-    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer)
+    over the profile's DCN (representative chips stand for their hosts, ``tpusim.collectives.dcn``). A
+    symmetric run without per-link outputs leaves out the dimensional lines that run like a kept one
+    (``tpusim.engine.lines``)."""
+    run = partial(_run_ops, network, sequence, gemms, representatives=representatives, chip_slowdown=chip_slowdown,
+                  window=window, keep_link_busy=keep_link_busy, tracer=tracer, host=host, dcn_slices=dcn_slices,
+                  chip=chip)
+    if representatives is None or keep_link_busy or tracer is not None:
+        return run(False)
+    return with_lines(run)
+
+
+def _run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm],
+             leave_out_lines: bool, *, representatives: Sequence[tuple[int, ...]] | None,
+             chip_slowdown: dict[int, float] | None, window: PrefetchWindow, keep_link_busy: bool,
+             tracer: Tracer | None, host: HostSchedule | None, dcn_slices: int, chip: int | None) -> OpsRun:
+    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer, leave_out_lines=leave_out_lines)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
                               "host.link_bandwidth")

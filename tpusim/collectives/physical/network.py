@@ -16,6 +16,7 @@ dimensional schedules; the links' state of one run is the ``Simulation``'s (``id
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -158,20 +159,36 @@ class PhysicalNetwork(Network):
 
     def start(self, sim: Simulation, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
-        del ranks  # the program reports every rank of the group
         batch = sim.starting.get(call)
         if batch is None:
             # groups that start the same call at this instant run as one program (module ``batch``)
             batch = sim.starting[call] = []
             sim.env.timeout(0).callbacks.append(lambda _: self._launch(sim, call))
-        batch.append((group, done))
+        batch.append((group, done, tuple(ranks)))  # the program reports every rank of the group
 
     def _launch(self, sim: Simulation, call: CollectiveCall) -> None:
         batch = sim.starting.pop(call)
-        dones = [done for _, done in batch]
-        program = self.program(call, tuple(group for group, _ in batch))
+        dones = [done for _, done, _ in batch]
+        groups = tuple(group for group, _, _ in batch)
+        program = self.program(call, groups, tuple(self._kept(sim, call, group, ranks) for group, _, ranks in batch))
         sim.env.link_launches += 1
         sim.env.process(self._run(sim, call, program, dones))
+
+    def _kept(self, sim: Simulation, call: CollectiveCall, group: int, ranks: tuple[int, ...]
+              ) -> frozenset[int] | None:
+        """The ranks whose lines a run that may leave lines out keeps of ``call`` on ``group``
+        (``tpusim.engine.lines``), or None: every line runs."""
+        lines = sim.lines
+        if lines is None or self.schedules.get(call.axis) is None:
+            return None
+        if self.dimensional(call) is None:  # a ring operation, over the snake ring through every line
+            lines.ringing(call.axis)
+            return None
+        if len(ranks) >= self.mapping.size(call.axis) or any(
+                int(plan.hops.max(initial=1)) > 1 for plan in self.plans(call, group)):
+            return None  # every rank runs, or a line's wraparound crosses others' links
+        lines.leaving_out(call.axis)
+        return frozenset(ranks)
 
     def _run(self, sim: Simulation, call: CollectiveCall, program: Program, dones: list[RankDone]
              ) -> Generator[simpy.Event, Any, None]:
@@ -195,25 +212,43 @@ class PhysicalNetwork(Network):
         tracer = sim.tracer
         yield env.process(body if tracer is None else tracer.link_program(body, call.axis, str(call.op)))
 
-    def program(self, call: CollectiveCall, groups: tuple[int, ...]) -> Program:
-        """The merged program of ``call`` on ``groups``, memoised on the context."""
+    def program(self, call: CollectiveCall, groups: tuple[int, ...],
+                kept: tuple[frozenset[int] | None, ...] | None = None) -> Program:
+        """The merged program of ``call`` on ``groups``, memoised on the context; of each group only the lines
+        holding its ``kept`` ranks where given (``tpusim.engine.lines``), the others' transfers counted."""
+        kept = kept if kept is not None else (None,) * len(groups)
         embeddings = tuple(self.mapping.axes[call.axis].groups[group] for group in groups)
         memo = self.context.memo
-        key = ("program", tuple(id(e) for e in embeddings), call)
+        key = ("program", tuple(id(e) for e in embeddings), call, kept)
         hit = memo.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], embeddings, strict=True)):
             return hit[1]  # type: ignore[no-any-return]
         if len(memo) > _MEMO_LIMIT:
             memo.clear()
-        program = merge_phases([self.plans(call, group) for group in groups], self.mapping.size(call.axis))
+        per_group = [self.plans(call, group, keep) for group, keep in zip(groups, kept, strict=True)]
+        program = merge_phases(per_group, self.mapping.size(call.axis))
+        left_out = sum(plan.transfers for group, keep in zip(groups, kept, strict=True) if keep is not None
+                       for plan in self.plans(call, group))
+        left_out -= sum(plan.transfers for plans, keep in zip(per_group, kept, strict=True) if keep is not None
+                        for plan in plans)
+        if left_out:
+            size = self.mapping.size(call.axis)
+            members = np.zeros(size * len(groups), dtype=bool)
+            members[program.src] = members[program.dst] = True
+            for slot, keep in enumerate(kept):
+                if keep is None:
+                    members[slot * size:(slot + 1) * size] = True
+            program = replace(program, elsewhere_transfers=left_out,
+                              idle_reported=np.flatnonzero(members & (program.incoming == 0)))
         memo[key] = (embeddings, program)
         return program
 
-    def plans(self, call: CollectiveCall, group: int) -> list[Plan]:
-        """The per-link plan of each phase of ``call`` on ``group``, memoised on the context."""
+    def plans(self, call: CollectiveCall, group: int, keep: frozenset[int] | None = None) -> list[Plan]:
+        """The per-link plan of each phase of ``call`` on ``group`` (of a dimensional schedule, only the lines
+        holding a rank of ``keep`` where given), memoised on the context."""
         embedding = self.mapping.axes[call.axis].groups[group]
         memo = self.context.memo
-        key = ("plans", id(embedding), call)
+        key = ("plans", id(embedding), call, keep)
         hit = memo.get(key)
         if hit is not None and hit[0] is embedding:  # the stored embedding keeps its id from being reused
             return hit[1]  # type: ignore[no-any-return]
@@ -222,7 +257,7 @@ class PhysicalNetwork(Network):
         dimensional = self.dimensional(call)
         resolved = self.resolve(call)
         plans = (operation(call.op).plans(resolved, embedding) if dimensional is None
-                 else dimensional.plans(resolved, embedding))
+                 else dimensional.plans(resolved, embedding, keep))
         memo[key] = (embedding, plans)
         return plans
 

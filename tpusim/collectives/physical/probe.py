@@ -53,8 +53,8 @@ class ProbeNetwork(PhysicalNetwork):
             sim.env.link_launches += launches
             # where chips drift apart, each group of the axis may start it at an instant of its own
             sim.env.link_events_apart += brought * len(self.mapping.axes[call.axis].groups)
-        for rank, duration in enumerate(durations):
-            done(rank, sim.now + duration)
+        for rank in sorted(set(ranks)):  # the ranks that joined: in a symmetric run, the others are only presumed
+            done(rank, sim.now + durations[rank])
 
     def _run_alone(self, call: CollectiveCall, group: int) -> tuple[list[float], int, int]:
         """(each rank's duration, the link program's wake-ups and launches) of ``call`` on ``group`` alone."""
