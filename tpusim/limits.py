@@ -48,10 +48,10 @@ class Limit:
 # Defaults (docs/limits.md#size-limits): a TPU v4 pod has 4096 chips and a TPU v5p pod 8960; 65536 leaves 7x
 # headroom over the largest pod. A GeMM dimension of 2**24 holds 8192 sequences of 2048 tokens (16.8M rows).
 # --verify holds about twice its operands in memory (per-chip blocks, the dense product): 256 MiB needs ~0.6 GB.
-# A measurements table has one training-step simulation per row: the shipped table has 8 rows (5 kB); 1000 rows and
-# 1 MiB leave over 100x headroom. A run's results.json holds a few kB per point (2.4 kB for a GeMM point): a sweep at
-# the sweep_points limit (100,000 points) stays well under 1 GiB. A disk cache entry is one result, at most a few
-# hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom. A YAML document's scalar text with its
+# A measurements table has one training-step simulation per row: the shipped table has 11 rows (8.5 kB); 1000 rows and
+# 1 MiB leave about 90x and 120x headroom. A run's results.json holds a few kB per point (2.4 kB for a GeMM point): a
+# sweep at the sweep_points limit (100,000 points) stays well under 1 GiB. A disk cache entry is one result, at most a
+# few hundred kB (a tuning run's every mesh); 64 MiB leaves over 100x headroom. A YAML document's scalar text with its
 # aliases expanded is at most the file (1 MiB) without aliases; 64 MiB lets a file reuse every anchor 64 times over.
 # A default step trace (3 layers, 39 chips of a 32x8 mesh) is 45 MB; 1 GiB holds such a trace of 60 layers.
 LIMITS: MappingProxyType[str, Limit] = MappingProxyType({limit.name: limit for limit in (

@@ -28,7 +28,7 @@ from tpusim.experiments.measurements.table import COLUMNS, SHIPPED_TABLE, Measur
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "configs/measurements/calibration.csv"
-SOURCE_SHA256 = "f3513737b9f68fb7dc14c49510507eabf902a742e793009740dfc52d4653df65"
+SOURCE_SHA256 = "57bad5625866ae3dcab1f80b4abf3a8ceec21ef338a9cd088d1301b3db47be37"
 """sha256 of the published calibration table the shipped file copies, byte for byte."""
 
 
@@ -55,16 +55,46 @@ def test_the_shipped_table_is_the_published_one_byte_for_byte() -> None:
     assert SHIPPED_TABLE.resolve() == ROOT / TABLE
 
 
-def test_the_shipped_table_reads_into_eight_typed_rows() -> None:
+def test_the_shipped_table_reads_into_eleven_typed_rows() -> None:
     header, body = _rows()
     assert tuple(header) == COLUMNS
     runs = read_measurements()
     assert [run.id for run in runs] == [line[0] for line in body]
-    assert len(runs) == 8
+    assert [run.id for run in runs] == [
+        "mt-v4-22b-1x", "paper-palm-540b-6144v4", "mt-v5e-16b-1x", "mt-v5e-32b-1x", "mt-v5e-16b-4x", "mt-v5e-16b-32x",
+        "mt-v5p-1024b-2048-1x", "mt-v5p-128b-256-1x", "tr-v6e-gpt3-175b-256-bf16-a", "tr-v6e-llama3.1-70b-256-bs4",
+        "tr-v6e-llama3.1-8b-256"]
+    assert {g: sum(run.tpu == g for run in runs) for g in ("v4", "v5e", "v5p", "v6e")} == {
+        "v4": 2, "v5e": 4, "v5p": 2, "v6e": 3}
     palm = _runs()["paper-palm-540b-6144v4"]
     assert (palm.chips, palm.slices, palm.global_batch_sequences, palm.per_device_batch) == (6144, 2, 2048, 0.3333)
     assert (palm.step_time_s, palm.mlp_gated, palm.config_commit) == (17.601, True, "")
     assert all(run.source_repo and run.source_path and run.source_commit for run in runs)
+    v5p = _runs()["mt-v5p-1024b-2048-1x"]
+    assert (v5p.chips, v5p.ici_fsdp, v5p.ici_tensor, v5p.remat_policy, v5p.step_time_s) == (1024, 64, 16, "full",
+                                                                                            100.632)
+
+
+def test_the_three_16b_v5e_rows_differ_only_in_their_slice_count() -> None:
+    """The same model on the same 256-chip slice at 1, 4 and 32 slices: only the columns that count slices, chips
+    and sequences (and the measured figures) differ."""
+    runs = _runs()
+    rows = [runs[f"mt-v5e-16b-{n}x"] for n in (1, 4, 32)]
+    counting = {"chips", "slices", "dcn_data", "global_batch_sequences", "id", "step_time_s",
+                "measured_tflops_per_chip", "measured_mfu"}
+    for row in rows[1:]:
+        assert {c for c in COLUMNS if getattr(row, c) != getattr(rows[0], c)} == counting
+    assert [(r.slices, r.dcn_data, r.chips, r.global_batch_sequences, r.step_time_s) for r in rows] == [
+        (1, 1, 256, 1536, 10.659), (4, 4, 1024, 6144, 10.932), (32, 32, 8192, 49152, 11.843)]
+    requests = [row_request(row).fields for row in rows]
+    assert [(f["layout"], f["batch"]) for f in requests] == [
+        ("fsdp=256", 1536), ("dcn_data=4,fsdp=256", 6144), ("dcn_data=32,fsdp=256", 49152)]
+    for fields in requests[1:]:
+        strip = ("layout", "batch", "model")
+        assert {k: v for k, v in fields.items() if k not in strip} == {
+            k: v for k, v in requests[0].items() if k not in strip}
+        assert {k: v for k, v in fields["model"].items() if k not in ("name", "description")} == {
+            k: v for k, v in requests[0]["model"].items() if k not in ("name", "description")}
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -140,7 +170,7 @@ def test_a_short_line_a_repeated_id_and_too_many_rows_are_refused(
     _write(in_tmp / "runs.csv", header, body)
     monkeypatch.setenv("TPUSIM_LIMITS_MEASUREMENT_ROWS", "4")
     assert refusal(capsys, ["validate", "--measurements", "runs.csv"]) == (
-        "measurements file 'runs.csv' has 8 rows, which exceeds the limit of 4 rows of a measurements CSV file; "
+        "measurements file 'runs.csv' has 11 rows, which exceeds the limit of 4 rows of a measurements CSV file; "
         "valid: up to 4 (raise it with TPUSIM_LIMITS_MEASUREMENT_ROWS=N, see docs/limits.md)\n")
 
 
@@ -170,6 +200,19 @@ def test_the_v5p_row_becomes_its_step_request() -> None:
         "name": "mt-v5p-128b-256-1x",
         "description": "measured run mt-v5p-128b-256-1x (AI-Hypercomputer/maxtext, MaxText/configs/v5p/README.md)",
         "layers": 64, "hidden": 10240, "heads": 64, "kv_heads": 64, "head_dim": 256, "ffn": 65536,
+        "mlp": {"kind": "plain", "activation": "relu"}, "block": "parallel", "tied_embeddings": True,
+        "vocabulary": 32768, "sequence": 2048}}
+    assert asked.notes == ()
+
+
+def test_the_full_recompute_v5p_row_becomes_its_step_request() -> None:
+    asked = row_request(_runs()["mt-v5p-1024b-2048-1x"])
+    # 1024 chips: tpuv5p's default slice of 1024 (8x8x16), so no topology field
+    assert asked.fields == {**_ALWAYS, "hardware": "tpuv5p", "batch": 2048, "layout": "fsdp=64,tensor=16",
+                            "recompute": "full", "attention": "fused-causal", "model": {
+        "name": "mt-v5p-1024b-2048-1x",
+        "description": "measured run mt-v5p-1024b-2048-1x (AI-Hypercomputer/maxtext, MaxText/configs/v5p/README.md)",
+        "layers": 128, "hidden": 20480, "heads": 128, "kv_heads": 128, "head_dim": 256, "ffn": 131072,
         "mlp": {"kind": "plain", "activation": "relu"}, "block": "parallel", "tied_embeddings": True,
         "vocabulary": 32768, "sequence": 2048}}
     assert asked.notes == ()
@@ -208,9 +251,12 @@ def test_every_shipped_row_maps_its_attention_activation_and_block() -> None:
     """An independent reading of each row's text: compiler flags such as DATA_PARALLEL_OVERLAP are no parallel
     block, and the 2023 rows' non-causal flash kernel is 'fused'."""
     expected = {"mt-v4-22b-1x": ("unfused", "relu", "parallel", "fsdp=64"),
+                "mt-v5e-16b-1x": ("fused", "relu", "parallel", "fsdp=256"),
                 "mt-v5e-16b-4x": ("fused", "relu", "parallel", "dcn_data=4,fsdp=256"),
+                "mt-v5e-16b-32x": ("fused", "relu", "parallel", "dcn_data=32,fsdp=256"),
                 "mt-v5e-32b-1x": ("fused", "relu", "parallel", "fsdp=256"),
                 "mt-v5p-128b-256-1x": ("fused-causal", "relu", "parallel", "fsdp=16,tensor=8"),
+                "mt-v5p-1024b-2048-1x": ("fused-causal", "relu", "parallel", "fsdp=64,tensor=16"),
                 "tr-v6e-llama3.1-70b-256-bs4": ("fused-causal", "silu", "sequential", "fsdp=256"),
                 "tr-v6e-gpt3-175b-256-bf16-a": ("fused-causal", "gelu", "sequential", "fsdp=256"),
                 "tr-v6e-llama3.1-8b-256": ("fused-causal", "silu", "sequential", "fsdp=256"),
@@ -235,7 +281,7 @@ def test_a_field_tpusim_does_not_define_makes_the_row_unsupported(monkeypatch: p
 
     monkeypatch.setattr(compare, "row_request", with_extra)
     rows = compare_measurements()
-    assert len(rows) == 8 and all(row.status is RowStatus.UNSUPPORTED for row in rows)
+    assert len(rows) == 11 and all(row.status is RowStatus.UNSUPPORTED for row in rows)
     assert all("request field" in row.reason and "'sparsity'" in row.reason for row in rows)
     assert all(row.simulated_step_time_s is None and row.delta is None for row in rows)
 
@@ -271,15 +317,16 @@ def _simulate_all(monkeypatch: pytest.MonkeyPatch, times: dict[str, float], refu
 def test_the_json_shape_and_the_per_generation_statistics(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     measured = {run.id: run.step_time_s for run in read_measurements()}
-    factors = {"mt-v4-22b-1x": 1.25, "mt-v5e-16b-4x": 0.9, "mt-v5e-32b-1x": 1.04, "mt-v5p-128b-256-1x": 0.8,
-               "tr-v6e-gpt3-175b-256-bf16-a": 1.1}
+    factors = {"mt-v4-22b-1x": 1.25, "mt-v5e-16b-4x": 0.9, "mt-v5e-32b-1x": 1.04, "mt-v5e-16b-32x": 0.85,
+               "mt-v5p-128b-256-1x": 0.8, "mt-v5p-1024b-2048-1x": 1.05, "tr-v6e-gpt3-175b-256-bf16-a": 1.1}
     refused = {"paper-palm-540b-6144v4": "paper-palm-540b-6144v4 on 6144 chips does not fit in HBM",
-               "tr-v6e-llama3.1-70b-256-bs4": "no host offload", "tr-v6e-llama3.1-8b-256": "no host offload"}
+               "mt-v5e-16b-1x": "no such slice", "tr-v6e-llama3.1-70b-256-bs4": "no host offload",
+               "tr-v6e-llama3.1-8b-256": "no host offload"}
     _simulate_all(monkeypatch, {name: measured[name] * f for name, f in factors.items()}, refused)
     assert main(["validate", "--measurements", TABLE, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"table", "rows", "generations", "unsupported"}
-    assert data["table"] == TABLE and data["unsupported"] == 3
+    assert data["table"] == TABLE and data["unsupported"] == 4
     assert [row["id"] for row in data["rows"]] == list(measured)
     for row in data["rows"]:
         assert set(row) == {"id", "tpu", "measured_step_time_s", "simulated_step_time_s", "delta", "status",
@@ -292,9 +339,10 @@ def test_the_json_shape_and_the_per_generation_statistics(monkeypatch: pytest.Mo
             assert (row["status"], row["reason"], row["delta"]) == ("unsupported", refused[row["id"]], None)
     generations = data["generations"]
     assert list(generations) == ["v4", "v5e", "v5p", "v6e"]
-    assert {g: (s["rows"], s["ok"]) for g, s in generations.items()} == {"v4": (2, 1), "v5e": (2, 2), "v5p": (1, 1),
+    assert {g: (s["rows"], s["ok"]) for g, s in generations.items()} == {"v4": (2, 1), "v5e": (4, 3), "v5p": (2, 2),
                                                                          "v6e": (3, 1)}
-    expected = {"v4": (0.25, 0.25), "v5e": ((0.1 + 0.04) / 2, 0.1), "v5p": (0.2, 0.2), "v6e": (0.1, 0.1)}
+    expected = {"v4": (0.25, 0.25), "v5e": ((0.1 + 0.04 + 0.15) / 3, 0.15), "v5p": ((0.2 + 0.05) / 2, 0.2),
+                "v6e": (0.1, 0.1)}
     for generation, (mean, peak) in expected.items():
         assert generations[generation]["mean_abs_delta"] == pytest.approx(mean, abs=1e-12)
         assert generations[generation]["max_abs_delta"] == pytest.approx(peak, abs=1e-12)
@@ -309,12 +357,15 @@ def test_the_text_table_and_its_summary_lines(monkeypatch: pytest.MonkeyPatch,
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"measured training runs from {TABLE} (informational: no tolerance)"
     assert re.fullmatch(r"mt-v4-22b-1x +v4 +13\.829 +27\.658 +\+100\.00% +ok", lines[2])
+    assert len(lines) == 2 + 11 + 5
     assert lines[-5:] == ["v4: 2 rows, 1 ok, mean |delta| 100.00%, max |delta| 100.00%",
-                          "v5e: 2 rows, 0 ok, mean |delta| -, max |delta| -",
-                          "v5p: 1 rows, 0 ok, mean |delta| -, max |delta| -",
+                          "v5e: 4 rows, 0 ok, mean |delta| -, max |delta| -",
+                          "v5p: 2 rows, 0 ok, mean |delta| -, max |delta| -",
                           "v6e: 3 rows, 0 ok, mean |delta| -, max |delta| -",
-                          "7 of 8 rows unsupported"]
-    assert lines[-6].endswith("unsupported: not here (remat policy 'save 1 fully-sharded activation/layer, "
+                          "10 of 11 rows unsupported"]
+    assert re.fullmatch(r"mt-v5e-16b-32x +v5e +11\.843 +- +- +unsupported: not here", lines[7])
+    assert lines[3].startswith("paper-palm-540b-6144v4 ")
+    assert lines[3].endswith("unsupported: not here (remat policy 'save 1 fully-sharded activation/layer, "
                               "remat rest (~full)' simulated as recompute full)")
 
 
@@ -329,11 +380,11 @@ def test_validate_reports_the_shipped_rows_without_failing_on_them(monkeypatch: 
     assert data["failed"] == 0
     block = data["measured_runs"]
     assert block["table"] == TABLE and block["unsupported"] == 0
-    assert [row["delta"] for row in block["rows"]] == pytest.approx([3.0] * 8, abs=1e-12)
+    assert [row["delta"] for row in block["rows"]] == pytest.approx([3.0] * 11, abs=1e-12)
     monkeypatch.setattr(validation, "run_validation", lambda: [validation.Check("made-up", 100.0, 100.0, 0.01)])
     assert main(["validate"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2:4] == ["model: 1 checks, mean |delta| 0.00000%, max |delta| 0.00000%, 0 over tolerance "
                         "(0 unexplained; times in us)", ""]
     assert out[4] == f"measured training runs from {TABLE} (informational: no tolerance)"
-    assert out[-1] == "0 of 8 rows unsupported"
+    assert out[-1] == "0 of 11 rows unsupported"
