@@ -12,6 +12,8 @@ itself and returns a ``Measurement``. Add a figure by writing such a function an
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -237,13 +239,11 @@ def _subprocess(argv: list[str], env: dict[str, str] | None = None) -> tuple[flo
 
 
 def reproduce_quick_s() -> Measurement:
-    """tpusim reproduce all --quick into a temporary folder (a fresh process, cold cache)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        wall, _ = _subprocess([sys.executable, "-m", "tpusim", "reproduce", "all", "--quick",
-                               "--out", folder])
-    return Measurement(wall, "s")
+    """``tpusim reproduce all --quick --out <fresh temporary folder>`` exactly as typed (``--jobs`` left at its
+    default, one worker process per CPU: 2 here), run as ``python -m tpusim`` in a fresh child process (cold
+    cache); the wall time of the whole child, start-up included."""
+    wall, stdout, _ = _reproduce("reproduce_quick_s")
+    return Measurement(wall, "s", {"printed": stdout.strip().splitlines()})
 
 
 STARTUP_COMMAND = ["collective", "--hardware", "tpuv4", "--topology", "torus:16", "--mesh", "1x16", "--axis", "1",
@@ -333,10 +333,10 @@ def pod_step_symmetric_s() -> Measurement:
 
 
 def pod_tune_s() -> Measurement:
-    """Default tune of GPT-3 on 4096 TPUv4 chips over every layout D x R x C (memory feasible), cold cache."""
-    wall, result = _timed_cold(tp.tune, model="gpt3-175b", hardware="tpuv4", chips=4096)
-    return Measurement(wall, "s", {"best_mesh": result.best.mesh, "best_step_s": result.best.step_time_s,
-                                   "best_mfu": result.best.mfu})
+    """``tpusim tune --model gpt3-175b --hardware tpuv4 --chips 4096 --json`` (the CLI defaults: every layout
+    D x R x C of every legal slice shape, memory feasible), run in-process through ``tpusim.cli.main.main`` on the
+    fresh memory-only context it builds (``_cli``)."""
+    return _tune_figure("pod_tune_s")
 
 
 def step_405b_512_symmetric_s() -> Measurement:
@@ -361,6 +361,179 @@ def validate_measurements_s() -> Measurement:
     return Measurement(wall, "s", {"rows": len(rows), "ok": sum(row.status is RowStatus.OK for row in rows)})
 
 
+OUT = "{out}"
+"""In a command's argv: replaced by a fresh empty temporary folder each run."""
+LLAMA_405B_OFFLOAD = "decoder_layer_input,query_proj,key_proj,value_proj,out_proj"
+"""What MaxText's Llama 3.1 405B run on two v6e-256 slices offloads to host (tpu-recipes
+training/trillium/Llama3.1-405B-MaxText, ``llama3_1_405b_8192_fsdp_dcn``: remat_policy custom): with recompute full
+the 126 saved layer inputs alone (33.8 GB per chip at batch 1 x 8192 tokens) overflow a v6e's 31.25 GiB."""
+
+USER_COMMANDS: dict[str, tuple[str, ...]] = {
+    "plan_gpt3_256_tpuv4_s": ("plan", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "256", "--json"),
+    "plan_gpt3_4096_tpuv4_s": ("plan", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "4096", "--json"),
+    "tune_gpt3_256_tpuv4_s": ("tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "256", "--json"),
+    "pod_tune_s": ("tune", "--model", "gpt3-175b", "--hardware", "tpuv4", "--chips", "4096", "--json"),
+    "step_gpt3_256_tpuv4_s": ("step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--mesh", "256x1",
+                              "--algorithm", "meshslice", "--slices", "18,6,24,24", "--dataflows", "ls,ls,ls,os",
+                              "--json"),
+    "step_summa_gpt3_256_tpuv4_s": ("step", "--model", "gpt3-175b", "--hardware", "tpuv4", "--mesh", "32x8",
+                                    "--algorithm", "summa", "--json"),
+    "step_405b_dcn_fsdp_v6e_s": ("step", "--model", "llama3.1-405b", "--hardware", "tpuv6e",
+                                 "--layout", "dcn_fsdp=2,fsdp=256", "--algorithm", "tp1d", "--batch", "512",
+                                 "--recompute", "custom", "--remat-offload", LLAMA_405B_OFFLOAD,
+                                 "--attention", "fused-causal", "--embedding", "--optimizer", "--json"),
+    "validate_calibration_s": ("validate", "--measurements", "configs/measurements/calibration.csv"),
+    "reproduce_headline_tpuv4_s": ("reproduce", "headline", "--hardware", "tpuv4", "--out", OUT),
+    "reproduce_quick_s": ("reproduce", "all", "--quick", "--out", OUT),
+}
+"""The command line (after ``tpusim``) each user-command figure times, as a user types it."""
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+"""Where the commands run: ``configs/measurements/calibration.csv`` is relative to the repository's root."""
+
+
+def _cli(name: str) -> tuple[float, dict[str, Any] | str, str]:
+    """Wall seconds, standard output (parsed when the command has ``--json``) and standard error of the command of
+    ``USER_COMMANDS[name]``, run in this process through the command line's own entry point,
+    ``tpusim.cli.main.main(argv)``, from the repository's root: parsing, the command's own cost estimate
+    (``announce_cost``), the simulation and the output, all timed. ``main`` builds a fresh memory-only context for
+    every command (``TPUSIM_CACHE_DIR`` is unset by this script), so each run is cold. Not timed: the interpreter's
+    start-up and the imports this script has already done (the ``startup_*`` figures time those)."""
+    from tpusim.cli.main import main as tpusim_main
+
+    argv = list(USER_COMMANDS[name])
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(REPOSITORY)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            begin = time.perf_counter()
+            status = tpusim_main(argv)
+            wall = time.perf_counter() - begin
+    finally:
+        os.chdir(here)
+    if status != 0:
+        raise RuntimeError(f"tpusim {' '.join(argv)} exited {status}: {err.getvalue().strip()}")
+    stdout = out.getvalue()
+    return wall, json.loads(stdout) if "--json" in argv else stdout, err.getvalue().strip()
+
+
+def _reproduce(name: str) -> tuple[float, str, list[dict[str, str]]]:
+    """Wall seconds, standard output and the CSV rows of the family of ``tpusim reproduce`` command
+    ``USER_COMMANDS[name]``, run as ``python -m tpusim`` in a fresh child process with ``--out`` a fresh empty
+    temporary folder."""
+    import csv
+
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [folder if word == OUT else word for word in USER_COMMANDS[name]]
+        wall, stdout = _subprocess([sys.executable, "-m", "tpusim", *argv])
+        family = argv[1]
+        rows: list[dict[str, str]] = []
+        if family != "all":
+            with open(Path(folder) / family / f"{family}.csv", newline="", encoding="utf-8") as handle:
+                rows = list(csv.DictReader(handle))
+    return wall, stdout, rows
+
+
+def _choice(choice: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What identifies a tuned or planned configuration and its answer, from its JSON."""
+    if choice is None:
+        return None
+    keys = ("algorithm", "mesh", "slice_shape", "layout", "named_layout", "dataflows", "transposes", "slices",
+            "step_time_s", "mfu", "recompute", "microbatches", "memory_bytes_per_chip")
+    return {key: choice[key] for key in keys if key in choice}
+
+
+def _tune_figure(name: str) -> Measurement:
+    wall, result, stderr = _cli(name)
+    assert isinstance(result, dict)
+    return Measurement(wall, "s", {"command": " ".join(USER_COMMANDS[name]), "estimate": stderr,
+                                   "best": _choice(result["best"]), "runner_up": _choice(result["runner_up"]),
+                                   "meshes": len(result["meshes"]), "evaluated": result["evaluated"],
+                                   "steps_simulated": result["steps_simulated"]})
+
+
+def _plan_figure(name: str) -> Measurement:
+    wall, result, stderr = _cli(name)
+    assert isinstance(result, dict)
+    candidates = result["candidates"]
+    return Measurement(wall, "s", {"command": " ".join(USER_COMMANDS[name]), "estimate": stderr,
+                                   "candidates": len(candidates), "best": _choice(candidates[0]),
+                                   "ranked": [(c["algorithm"], c["named_layout"], c["step_time_s"])
+                                              for c in candidates]})
+
+
+def _step_figure(name: str) -> Measurement:
+    wall, result, stderr = _cli(name)
+    assert isinstance(result, dict)
+    keys = ("model", "hardware", "algorithm", "mesh", "named_layout", "chips", "batch", "microbatches", "dataflows",
+            "slices", "recompute", "fidelity", "step_time_s", "mfu", "memory_bytes_per_chip", "memory_feasible",
+            "feasible")
+    return Measurement(wall, "s", {"command": " ".join(USER_COMMANDS[name]), "estimate": stderr,
+                                   **{key: result[key] for key in keys}})
+
+
+def plan_gpt3_256_tpuv4_s() -> Measurement:
+    """``tpusim plan --model gpt3-175b --hardware tpuv4 --chips 256 --json``, in-process (``_cli``)."""
+    return _plan_figure("plan_gpt3_256_tpuv4_s")
+
+
+def plan_gpt3_4096_tpuv4_s() -> Measurement:
+    """``tpusim plan --model gpt3-175b --hardware tpuv4 --chips 4096 --json``, in-process (``_cli``)."""
+    return _plan_figure("plan_gpt3_4096_tpuv4_s")
+
+
+def tune_gpt3_256_tpuv4_s() -> Measurement:
+    """``tpusim tune --model gpt3-175b --hardware tpuv4 --chips 256 --json`` (the CLI defaults), in-process
+    (``_cli``)."""
+    return _tune_figure("tune_gpt3_256_tpuv4_s")
+
+
+def step_gpt3_256_tpuv4_s() -> Measurement:
+    """``tpusim step --model gpt3-175b --hardware tpuv4 --mesh 256x1 --algorithm meshslice --slices 18,6,24,24
+    --dataflows ls,ls,ls,os --json``, in-process (``_cli``)."""
+    return _step_figure("step_gpt3_256_tpuv4_s")
+
+
+def step_summa_gpt3_256_tpuv4_s() -> Measurement:
+    """``tpusim step --model gpt3-175b --hardware tpuv4 --mesh 32x8 --algorithm summa --json``, in-process
+    (``_cli``)."""
+    return _step_figure("step_summa_gpt3_256_tpuv4_s")
+
+
+def step_405b_dcn_fsdp_v6e_s() -> Measurement:
+    """``tpusim step --model llama3.1-405b --hardware tpuv6e --layout dcn_fsdp=2,fsdp=256 --algorithm tp1d
+    --batch 512 --recompute custom --remat-offload decoder_layer_input,query_proj,key_proj,value_proj,out_proj
+    --attention fused-causal --embedding --optimizer --json``, in-process (``_cli``): two v6e-256 slices, FSDP over
+    DCN, as MaxText's ``llama3_1_405b_8192_fsdp_dcn`` run (per-device batch 1, flash attention, host offload;
+    ``LLAMA_405B_OFFLOAD``), with what the measured-runs mapping adds to every row (``tp1d``, embedding and
+    optimizer: tpusim/experiments/measurements/convert.py)."""
+    return _step_figure("step_405b_dcn_fsdp_v6e_s")
+
+
+def validate_calibration_s() -> Measurement:
+    """``tpusim validate --measurements configs/measurements/calibration.csv``, in-process (``_cli``) from the
+    repository's root: the whole shipped table of measured runs read, mapped and simulated, its text printed."""
+    wall, printed, stderr = _cli("validate_calibration_s")
+    assert isinstance(printed, str)
+    lines = printed.strip().splitlines()
+    rows = [line.split() for line in lines[2:] if len(line.split()) >= 6 and not line.split()[0].endswith(":")]
+    rows = [row for row in rows if row[5].startswith(("ok", "unsupported"))]
+    return Measurement(wall, "s", {"command": " ".join(USER_COMMANDS["validate_calibration_s"]),
+                                   "rows": len(rows), "ok": sum(row[5] == "ok" for row in rows),
+                                   "simulated_s": {row[0]: row[3] for row in rows},
+                                   "summary": lines[2 + len(rows):], "stderr": stderr})
+
+
+def reproduce_headline_tpuv4_s() -> Measurement:
+    """``tpusim reproduce headline --hardware tpuv4 --out <fresh temporary folder>`` (full search, not ``--quick``;
+    ``--jobs`` left at its default, one worker process per CPU: 2 here), run as ``python -m tpusim`` in a fresh
+    child process (cold cache); the wall time of the whole child, start-up included."""
+    wall, stdout, rows = _reproduce("reproduce_headline_tpuv4_s")
+    return Measurement(wall, "s", {"command": " ".join(USER_COMMANDS["reproduce_headline_tpuv4_s"]),
+                                   "rows": len(rows), "printed": stdout.strip().splitlines()})
+
+
 BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "collective_transfers_per_s": collective_transfers_per_s,
     "allgather_torus_64x32_full_s": allgather_torus_64x32_full_s,
@@ -382,7 +555,54 @@ BENCHMARKS: dict[str, Callable[[], Measurement]] = {
     "pod_tune_s": pod_tune_s,
     "step_405b_512_symmetric_s": step_405b_512_symmetric_s,
     "validate_measurements_s": validate_measurements_s,
+    "plan_gpt3_256_tpuv4_s": plan_gpt3_256_tpuv4_s,
+    "plan_gpt3_4096_tpuv4_s": plan_gpt3_4096_tpuv4_s,
+    "tune_gpt3_256_tpuv4_s": tune_gpt3_256_tpuv4_s,
+    "step_gpt3_256_tpuv4_s": step_gpt3_256_tpuv4_s,
+    "step_summa_gpt3_256_tpuv4_s": step_summa_gpt3_256_tpuv4_s,
+    "step_405b_dcn_fsdp_v6e_s": step_405b_dcn_fsdp_v6e_s,
+    "validate_calibration_s": validate_calibration_s,
+    "reproduce_headline_tpuv4_s": reproduce_headline_tpuv4_s,
 }
+
+TARGETS: dict[str, tuple[str, float]] = {
+    "collective_transfers_per_s": (">=", 4e5),
+    "allgather_torus_64x32_full_s": ("<=", 1.0),
+    "allgather_ring_2048_full_s": ("<=", 14),
+    "ring_bytes_per_transfer": ("<=", 150),
+    "gemm_full_s": ("<=", 0.5),
+    "layer_full_s": ("<=", 5),
+    "gemm_symmetric_ms": ("<=", 5),
+    "step_symmetric_s": ("<=", 1),
+    "tune_s": ("<=", 5),
+    "reproduce_quick_s": ("<=", 180),
+    "peak_rss_mb_gemm_2048_full": ("<=", 500),
+    "startup_small_collective_s": ("<=", 0.15),
+    "startup_version_s": ("<=", 0.1),
+    "pod_straggler_full_s": ("<=", 120),
+    "peak_rss_mb_pod_straggler": ("<=", 4096),
+    "pod_step_symmetric_s": ("<=", 1),
+    "pod_tune_s": ("<=", 30),
+    "step_405b_512_symmetric_s": ("<=", 5),
+    "validate_measurements_s": ("<=", 60),
+    "plan_gpt3_256_tpuv4_s": ("<=", 60),
+    "plan_gpt3_4096_tpuv4_s": ("<=", 180),
+    "tune_gpt3_256_tpuv4_s": ("<=", 5),
+    "step_gpt3_256_tpuv4_s": ("<=", 1),
+    "step_summa_gpt3_256_tpuv4_s": ("<=", 10),
+    "step_405b_dcn_fsdp_v6e_s": ("<=", 20),
+    "validate_calibration_s": ("<=", 30),
+    "reproduce_headline_tpuv4_s": ("<=", 900),
+}
+"""Each figure's target (benchmarks/README.md): (comparison, value). ``gemm_analytic_us`` has none."""
+
+
+def target_met(name: str, value: float) -> bool | None:
+    """Whether ``value`` meets the target of figure ``name``; None when it has no target."""
+    if name not in TARGETS:
+        return None
+    comparison, target = TARGETS[name]
+    return value <= target if comparison == "<=" else value >= target
 
 
 def _benchmark_names(text: str) -> list[str]:
@@ -396,6 +616,7 @@ def _benchmark_names(text: str) -> list[str]:
 
 
 def run(names: list[str], repeat: int) -> dict[str, Any]:
+    load_start = os.getloadavg()  # 1, 5 and 15 minute load averages: the figures mean nothing without them
     figures: dict[str, Any] = {}
     for name in names:
         runs: list[Measurement] = []
@@ -412,13 +633,33 @@ def run(names: list[str], repeat: int) -> dict[str, Any]:
             "unit": runs[0].unit,
             "runs": [m.value for m in runs],
             "info": runs[0].info,
+            "target": TARGETS.get(name),
+            "met": target_met(name, statistics.median(m.value for m in runs)),
         }
     return {
         "repeat": repeat,
+        "load_start": list(load_start),
+        "load_end": list(os.getloadavg()),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "benchmarks": figures,
     }
+
+
+def table(report: dict[str, Any]) -> str:
+    """The report as text: one row per figure with its median, its target and whether it is met, between the load
+    averages at the start and the end of the run."""
+    def load(key: str) -> str:
+        return " ".join(f"{value:.2f}" for value in report[key])
+
+    lines = [f"load average (1, 5, 15 min) at start: {load('load_start')}"]
+    for name, figure in report["benchmarks"].items():
+        target = figure["target"]
+        wanted = "no target" if target is None else f"{target[0]} {target[1]:g}"
+        met = {None: "", True: "met", False: "NOT MET"}[figure["met"]]
+        lines.append(f"{name:32s} {figure['median']:12.6g} {figure['unit']:12s} {wanted:12s} {met}".rstrip())
+    lines.append(f"load average (1, 5, 15 min) at end: {load('load_end')}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,8 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        for name, figure in report["benchmarks"].items():
-            print(f"{name:32s} {figure['median']:12.6g} {figure['unit']}")
+        print(table(report))
     return 0
 
 
