@@ -19,7 +19,7 @@ import simpy
 
 from tpusim.engine.chip import Chip
 
-__all__ = ["SETTLED", "HbmLedger", "SharedHbm"]
+__all__ = ["SETTLED", "DmaWindow", "HbmLedger", "SharedHbm"]
 
 SETTLED = 1e-12  # seconds: a stretch below this is rounding, not contention
 _FEW = 16  # spans of a batch below which they are filed one by one
@@ -120,12 +120,18 @@ class HbmLedger:
 
     def bytes_between(self, chip: int, lo: float, hi: float) -> float:
         """DMA bytes of ``chip`` inside [lo, hi]; forgets spans that end by ``lo`` (a chip's ops only move on)."""
-        if chip >= len(self._row) or self._row[chip] < 0:
-            return 0.0
-        row = int(self._row[chip])
+        window = self.window(chip, lo)
+        return 0.0 if window is None else window.bytes_until(hi)
+
+    def window(self, chip: int, lo: float) -> DmaWindow | None:
+        """The DMA spans of ``chip`` that end after ``lo``, to sum over windows [lo, hi] (None: there are none);
+        forgets the spans that end by ``lo``."""
+        row = self._row_of.get(chip)
+        if row is None:
+            return None
         count = int(self._count[row])
         if not count:
-            return 0.0
+            return None
         start, end, nbytes = self._start[row, :count], self._end[row, :count], self._bytes[row, :count]
         live = end > lo
         if not live.all():
@@ -133,11 +139,28 @@ class HbmLedger:
             start, end, nbytes = start[live], end[live], nbytes[live]
             self._start[row, :kept], self._end[row, :kept], self._bytes[row, :kept] = start, end, nbytes
             self._count[row] = kept
-        overlap = np.minimum(end, hi) - np.maximum(start, lo)
+            if not kept:
+                return None
+        return DmaWindow(end, np.maximum(start, lo), nbytes, end - start)
+
+
+class DmaWindow:
+    """A chip's live DMA spans seen from a fixed window start: ``bytes_until(hi)`` sums each span's share of its
+    bytes inside [lo, hi] (uniform rate over the span) with the arithmetic of ``HbmLedger.bytes_between``, so an op
+    settling against the ledger round after round re-reads nothing."""
+
+    def __init__(self, end: np.ndarray, begin: np.ndarray, nbytes: np.ndarray, width: np.ndarray) -> None:
+        self.end = end  # each span's end
+        self.begin = begin  # each span's start, or the window's start where later
+        self.nbytes = nbytes
+        self.width = width  # each span's length
+
+    def bytes_until(self, hi: float) -> float:
+        overlap = np.minimum(self.end, hi) - self.begin
         inside = overlap > 0
         if not inside.any():
             return 0.0
-        return float(np.sum(nbytes[inside] * overlap[inside] / (end[inside] - start[inside])))
+        return float(np.sum(self.nbytes[inside] * overlap[inside] / self.width[inside]))
 
 
 class SharedHbm:
@@ -184,8 +207,9 @@ class SharedHbm:
         """When an op that started at ``start`` ends given the DMA scheduled so far (at least ``now``)."""
         end = max(now, start + chip.slowdown * seconds)
         floor = self.op_overhead
+        window = self.ledger.window(chip.id, start) if hbm_bytes else None
         for _ in range(_MAX_ROUNDS):
-            dma = self.ledger.bytes_between(chip.id, start, end) if hbm_bytes else 0.0
+            dma = window.bytes_until(end) if window is not None else 0.0
             need = start + chip.slowdown * max(seconds, floor + (hbm_bytes + dma) / self.bandwidth)
             if need <= end + SETTLED:
                 return max(end, need)

@@ -117,7 +117,7 @@ def simulate_step(spec: StepSpec, network: Network, *, chip_slowdown: dict[int, 
         raise ValueError("resolve recompute auto (model.memory.plan_memory) before simulating a step")
     if spec.microbatches > 1:
         return _microbatched(spec, network, chip_slowdown, link_busy, tracer)
-    key = cache_key("step", spec, network.hardware, network.mapping.describe(), chip_slowdown,
+    key = cache_key("step", _keyed(spec, network), network.hardware, network.mapping.describe(), chip_slowdown,
                     network.link_overrides or None)
     timings = network.context.timings
     cached = timings.get(key) if link_busy is None and tracer is None else None
@@ -128,6 +128,14 @@ def simulate_step(spec: StepSpec, network: Network, *, chip_slowdown: dict[int, 
     if tracer is None:  # a traced result carries the trace's notes
         timings.put(key, result.to_dict())
     return result
+
+
+def _keyed(spec: StepSpec, network: Network) -> StepSpec:
+    """``spec`` as the timing cache keys it: a layout of one replica on one slice is the same step at every ZeRO
+    stage (nothing is sharded over one replica), so the searches of ``plan`` over the stages share its timing."""
+    if network.mapping.data == 1 and spec.dcn_slices == 1:
+        return replace(spec, zero_stage=StepSpec.zero_stage)
+    return spec
 
 
 def _simulate_step(spec: StepSpec, network: Network, chip_slowdown: dict[int, float] | None,
