@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ class HbmCharges:
     link_src: np.ndarray
     link_dst: np.ndarray
     passes: float
+    link_ends: tuple[Sequence[int], Sequence[int]]  # link_src and link_dst as Python ints (``charge_few``)
 
     def charge(self, route: np.ndarray, nbytes: np.ndarray, start: np.ndarray, end: np.ndarray, *, first: bool,
                last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray) -> None:
@@ -85,19 +86,20 @@ class HbmCharges:
     def charge_few(self, route: list[int], nbytes: list[float], start: list[float], end: list[float], *,
                    first: bool, last: list[bool], added: list[float] | None, arrival: list[float]) -> None:
         """``charge`` for a few messages, in scalars: the same spans filed in the same order (``advance_few``)."""
-        ledger = self.ledger
+        record = self.ledger.record
+        src_of, dst_of = self.link_ends
         if first:
             for link, size, begin, finish in zip(route, nbytes, start, end, strict=True):
-                ledger.record(int(self.link_src[link]), begin, finish, size)
+                record(src_of[link], begin, finish, size)
         if not any(last):
             return
-        ends = [(int(self.link_dst[link]), k) for k, link in enumerate(route) if last[k]]
+        ends = [(dst_of[link], k) for k, link in enumerate(route) if last[k]]
         for dst, k in ends:
-            ledger.record(dst, start[k], end[k], nbytes[k])
+            record(dst, start[k], end[k], nbytes[k])
         if added is not None:
             for dst, k in ends:
                 if added[k] > 0:
-                    ledger.record(dst, arrival[k], arrival[k] + added[k], nbytes[k] * self.passes)
+                    record(dst, arrival[k], arrival[k] + added[k], nbytes[k] * self.passes)
 
 
 def execute_program(
@@ -255,21 +257,21 @@ class _Run:
             kept = [k for k, m in enumerate(more) if not m]
             if not kept:
                 return
-            ids, arrival = [ids[k] for k in kept], [arrival[k] for k in kept]
+            idx, arrival = idx[kept], [arrival[k] for k in kept]
             adding = None if adding is None else [adding[k] for k in kept]
         if adding is not None:
             arrival = [t + a for t, a in zip(arrival, adding, strict=True)]
-        self.arrived_few(ids, arrival)
+        self.arrived_few(idx, arrival)
 
-    def arrived_few(self, ids: list[int], arrival: list[float]) -> None:
+    def arrived_few(self, idx: np.ndarray, arrival: list[float]) -> None:
         """``arrived`` for a few messages that reached their destination (reductions added), in scalars."""
         program = self.program
         group_end, last, remaining = self.group_end, self.last, self.remaining
-        for slot, when in zip(program.slot[ids].tolist(), arrival, strict=True):
+        for slot, when in zip(program.slot[idx].tolist(), arrival, strict=True):
             if when > group_end[slot]:
                 group_end[slot] = when
-        finals = [(dst, when) for dst, when, final in zip(program.dst[ids].tolist(), arrival,
-                                                           program.final[ids].tolist(), strict=True) if final]
+        finals = [(dst, when) for dst, when, final in zip(program.dst[idx].tolist(), arrival,
+                                                           program.final[idx].tolist(), strict=True) if final]
         if finals:
             for dst, when in finals:
                 if when > last[dst]:
@@ -277,10 +279,11 @@ class _Run:
                 remaining[dst] -= 1
             for rank in sorted({dst for dst, _ in finals if remaining[dst] == 0}):
                 self.on_rank_done(rank, float(last[rank]))
-        follow = [(nxt, when) for nxt, when in zip(program.succ[ids].tolist(), arrival, strict=True) if nxt >= 0]
+        follow = [(nxt, when) for nxt, when in zip(program.succ[idx].tolist(), arrival, strict=True) if nxt >= 0]
         if follow:
             self.file_few([nxt for nxt, _ in follow], [when for _, when in follow], 0)
-        gated = [(gate, when) for gate, when in zip(program.gate_in[ids].tolist(), arrival, strict=True) if gate >= 0]
+        gated = [(gate, when) for gate, when in zip(program.gate_in[idx].tolist(), arrival, strict=True)
+                 if gate >= 0]
         if gated:
             gate_time, gate_left = self.gate_time, self.gate_left
             for gate, when in gated:

@@ -42,6 +42,9 @@ class LinkArray:
         self.bandwidth = np.asarray(bandwidth, dtype=np.float64)
         self.latency = np.asarray(latency, dtype=np.float64)
         self.overhead = overhead  # seconds every transfer holds its link besides its bytes (a handshake)
+        # the same rates as Python floats, for the scalar path (``transmit_few``): the links' rates never change
+        self._bandwidth_of: list[float] = self.bandwidth.tolist()
+        self._latency_of: list[float] = self.latency.tolist()
         count = len(self.bandwidth)
         self.free_at = np.zeros(count)
         self.bytes = np.zeros(count)
@@ -103,18 +106,14 @@ class LinkArray:
         """``transmit`` for a few transfers on distinct links, in scalars (most wake-ups of a pipeline, or of a
         symmetric run's kept lines, move a handful of messages): the same arithmetic, so the same times to the
         bit; (starts, ends, arrivals)."""
-        bandwidth, latency, free_at, carried, busy = self.bandwidth, self.latency, self.free_at, self.bytes, self.busy
-        starts, ends, arrivals = [], [], []
-        for link, size in zip(links, nbytes, strict=True):
-            duration = size / float(bandwidth[link]) + self.overhead
-            start = max(float(free_at[link]), now)
-            end = start + duration
-            free_at[link] = end
-            carried[link] += size
-            busy[link] += duration
-            starts.append(start)
-            ends.append(end)
-            arrivals.append(end + float(latency[link]))
+        bandwidth, latency, overhead = self._bandwidth_of, self._latency_of, self.overhead
+        durations = [size / bandwidth[link] + overhead for link, size in zip(links, nbytes, strict=True)]
+        starts = [max(free, now) for free in self.free_at[links].tolist()]
+        ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+        arrivals = [end + latency[link] for link, end in zip(links, ends, strict=True)]
+        self.free_at[links] = ends  # the links are distinct: one write each
+        self.bytes[links] += nbytes
+        self.busy[links] += durations
         self.transfers += len(links)
         self.last_start, self.last_end = (starts[0], ends[0]) if len(links) == 1 else (np.array(starts),
                                                                                      np.array(ends))

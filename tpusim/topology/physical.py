@@ -59,6 +59,8 @@ class PhysicalTopology:
     _hop: np.ndarray = field(init=False, repr=False)
     _graph: nx.DiGraph[int] | None = field(default=None, init=False, repr=False)
     _shortest: tuple[tuple[int, ...], ...] | None = field(default=None, init=False, repr=False)
+    # (link_src, link_dst) as Python ints, for per-message lookups in scalar code (collectives.executor)
+    link_ends: tuple[tuple[int, ...], tuple[int, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ndims = len(self.dims)
@@ -81,6 +83,7 @@ class PhysicalTopology:
         object.__setattr__(self, "_coords", _frozen(coords.astype(np.int64)))
         object.__setattr__(self, "_radix", _frozen(radix))
         object.__setattr__(self, "_hop", _frozen(hop))
+        object.__setattr__(self, "link_ends", (tuple(self.link_src.tolist()), tuple(self.link_dst.tolist())))
 
     def _check_twist(self, twist: Twist) -> None:
         ndims = len(self.dims)

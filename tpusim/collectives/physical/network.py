@@ -206,7 +206,7 @@ class PhysicalNetwork(Network):
         # the DMA shares HBM wherever the runtime set the simulation's HBM ledger up (charges_dma)
         hbm = (None if sim.hbm is None else
                HbmCharges(sim.hbm.ledger, self.topology.link_src, self.topology.link_dst,
-                          self.profile.ici.reduction_passes))
+                          self.profile.ici.reduction_passes, self.topology.link_ends))
         body = execute_program(env, links, program, done, self.costs.reduce_per_byte, hbm,
                                background=call.background)
         tracer = sim.tracer
