@@ -110,14 +110,36 @@ class Dimensional:
             builder = PlanBuilder(emb, call.ring, adds=ring_op.adds)
             for piece, unit in parts:
                 for ranks, closed in paths[piece]:
-                    chips = [emb.members[r] for r in ranks]
-                    hops = len(chips) if closed else len(chips) - 1
-                    pairs = [(chips[q], chips[(q + 1) % len(chips)]) for q in range(hops)]
-                    path = builder.path(ranks, [self.topology.route(a, b) for a, b in pairs],
-                                        [self.topology.route(b, a) for a, b in pairs], closed)
-                    ring_op.build_on(unit, builder, path)
+                    self._build(builder, emb, ranks, closed, op, unit)
             plans.append(builder.finish(call.chunks))
         return plans
+
+    def left_out_transfers(self, call: CollectiveCall, emb: RingEmbedding, keep: frozenset[int]) -> int:
+        """The transfers of the lines ``plans`` leaves out with ``keep``: every line of a piece moves the same
+        messages over as many hops (whole physical axes of a plain torus or mesh), so those of one line times the
+        lines left out."""
+        total = 0
+        for op, parts in self.phases(call):
+            ring_op = RING_OPERATIONS[op]
+            for piece, unit in parts:
+                lines = list(self._lines(emb, piece))
+                left = sum(keep.isdisjoint(ranks) for ranks, _ in lines)
+                if left:
+                    builder = PlanBuilder(emb, call.ring, adds=ring_op.adds)
+                    ranks, closed = lines[0]
+                    self._build(builder, emb, ranks, closed, op, unit)
+                    total += left * builder.finish(call.chunks).transfers
+        return total
+
+    def _build(self, builder: PlanBuilder, emb: RingEmbedding, ranks: list[int], closed: bool, op: CollectiveOp,
+               unit: float) -> None:
+        """One line's messages of a phase part."""
+        chips = [emb.members[r] for r in ranks]
+        hops = len(chips) if closed else len(chips) - 1
+        pairs = [(chips[q], chips[(q + 1) % len(chips)]) for q in range(hops)]
+        path = builder.path(ranks, [self.topology.route(a, b) for a, b in pairs],
+                            [self.topology.route(b, a) for a, b in pairs], closed)
+        RING_OPERATIONS[op].build_on(unit, builder, path)
 
     def _lines(self, emb: RingEmbedding, piece: int) -> Iterator[tuple[list[int], bool]]:
         """The ranks of ``emb`` along each line of physical axis ``pieces[piece]``, in axis order."""

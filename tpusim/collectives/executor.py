@@ -86,20 +86,23 @@ class HbmCharges:
     def charge_few(self, route: list[int], nbytes: list[float], start: list[float], end: list[float], *,
                    first: bool, last: list[bool], added: list[float] | None, arrival: list[float]) -> None:
         """``charge`` for a few messages, in scalars: the same spans filed in the same order (``advance_few``)."""
-        record = self.ledger.record
+        ledger = self.ledger
+        rows, file = ledger.rows, ledger.file_row
         src_of, dst_of = self.link_ends
         if first:
             for link, size, begin, finish in zip(route, nbytes, start, end, strict=True):
-                record(src_of[link], begin, finish, size)
+                row = rows.get(src_of[link])
+                if row is not None:
+                    file(row, begin, finish, size)
         if not any(last):
             return
-        ends = [(dst_of[link], k) for k, link in enumerate(route) if last[k]]
-        for dst, k in ends:
-            record(dst, start[k], end[k], nbytes[k])
+        ends = [(row, k) for k, link in enumerate(route) if last[k] and (row := rows.get(dst_of[link])) is not None]
+        for row, k in ends:
+            file(row, start[k], end[k], nbytes[k])
         if added is not None:
-            for dst, k in ends:
+            for row, k in ends:
                 if added[k] > 0:
-                    record(dst, arrival[k], arrival[k] + added[k], nbytes[k] * self.passes)
+                    file(row, arrival[k], arrival[k] + added[k], nbytes[k] * self.passes)
 
 
 def execute_program(

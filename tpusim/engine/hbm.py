@@ -74,12 +74,18 @@ class HbmLedger:
         self._start, self._end, self._bytes = (np.hstack([table, np.zeros((len(table), grown - width))])
                                                for table in (self._start, self._end, self._bytes))
 
+    @property
+    def rows(self) -> dict[int, int]:
+        """The row of each watched chip (read-only: ``watch`` adds them); scalar callers skip the others."""
+        return self._row_of
+
     def record(self, chip: int, start: float, end: float, nbytes: float) -> None:
         row = self._row_of.get(chip)
         if row is not None:
-            self._file(row, start, end, nbytes)
+            self.file_row(row, start, end, nbytes)
 
-    def _file(self, row: int, start: float, end: float, nbytes: float) -> None:
+    def file_row(self, row: int, start: float, end: float, nbytes: float) -> None:
+        """A span of the chip of row ``row`` (``rows``)."""
         at = int(self._count[row])
         self._widen(at + 1)
         self._start[row, at], self._end[row, at], self._bytes[row, at] = start, end, nbytes * self.traffic
@@ -94,7 +100,7 @@ class HbmLedger:
         rows, start, end, nbytes = rows[keep], start[keep], end[keep], nbytes[keep]
         if kept <= _FEW:  # a handful of spans: scalars beat array operations
             for span in zip(rows.tolist(), start.tolist(), end.tolist(), nbytes.tolist(), strict=True):
-                self._file(*span)
+                self.file_row(*span)
             return
         order = np.argsort(rows, kind="stable")
         rows = rows[order]

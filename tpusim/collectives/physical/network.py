@@ -184,9 +184,8 @@ class PhysicalNetwork(Network):
         if self.dimensional(call) is None:  # a ring operation, over the snake ring through every line
             lines.ringing(call.axis)
             return None
-        if len(ranks) >= self.mapping.size(call.axis) or any(
-                int(plan.hops.max(initial=1)) > 1 for plan in self.plans(call, group)):
-            return None  # every rank runs, or a line's wraparound crosses others' links
+        if len(ranks) >= self.mapping.size(call.axis) or self.topology.twisted:
+            return None  # every rank runs, or lines wrap onto others (a twisted torus): every line runs
         lines.leaving_out(call.axis)
         return frozenset(ranks)
 
@@ -227,10 +226,10 @@ class PhysicalNetwork(Network):
             memo.clear()
         per_group = [self.plans(call, group, keep) for group, keep in zip(groups, kept, strict=True)]
         program = merge_phases(per_group, self.mapping.size(call.axis))
-        left_out = sum(plan.transfers for group, keep in zip(groups, kept, strict=True) if keep is not None
-                       for plan in self.plans(call, group))
-        left_out -= sum(plan.transfers for plans, keep in zip(per_group, kept, strict=True) if keep is not None
-                        for plan in plans)
+        dimensional = self.dimensional(call)
+        left_out = 0 if dimensional is None else sum(
+            dimensional.left_out_transfers(self.resolve(call), self.mapping.axes[call.axis].groups[group], keep)
+            for group, keep in zip(groups, kept, strict=True) if keep is not None)
         if left_out:
             size = self.mapping.size(call.axis)
             members = np.zeros(size * len(groups), dtype=bool)

@@ -36,14 +36,15 @@ class ProbeNetwork(PhysicalNetwork):
 
     def __init__(self, network: PhysicalNetwork) -> None:
         self.__dict__.update(network.__dict__)
-        self._alone: dict[tuple[CollectiveCall, int], tuple[list[float], int, int]] = {}
+        self._alone: dict[tuple[CollectiveCall, int, tuple[int, ...]], tuple[list[float], int, int]] = {}
         self._started: dict[CollectiveCall, tuple[Simulation, float]] = {}  # the last run and instant it started
 
     def start(self, sim: Simulation, call: CollectiveCall, group: int, ranks: Sequence[int],
               done: RankDone) -> None:
-        key = (call, group)
+        joined = tuple(sorted(set(ranks)))
+        key = (call, group, joined)
         if key not in self._alone:
-            self._alone[key] = self._run_alone(call, group)
+            self._alone[key] = self._run_alone(call, group, joined)
         durations, wakeups, launches = self._alone[key]
         brought = wakeups + LAUNCH_EVENTS * launches
         last = self._started.get(call)
@@ -53,12 +54,13 @@ class ProbeNetwork(PhysicalNetwork):
             sim.env.link_launches += launches
             # where chips drift apart, each group of the axis may start it at an instant of its own
             sim.env.link_events_apart += brought * len(self.mapping.axes[call.axis].groups)
-        for rank in sorted(set(ranks)):  # the ranks that joined: in a symmetric run, the others are only presumed
+        for rank in joined:  # the ranks that joined: in a symmetric run, the others are only presumed
             done(rank, sim.now + durations[rank])
 
-    def _run_alone(self, call: CollectiveCall, group: int) -> tuple[list[float], int, int]:
-        """(each rank's duration, the link program's wake-ups and launches) of ``call`` on ``group`` alone."""
-        alone = Simulation(self)
+    def _run_alone(self, call: CollectiveCall, group: int, joined: tuple[int, ...]) -> tuple[list[float], int, int]:
+        """(each rank's duration, the link program's wake-ups and launches) of ``call`` on ``group`` alone, the
+        ranks ``joined`` running (the dimensional lines of the others left out, ``tpusim.engine.lines``)."""
+        alone = Simulation(self, leave_out_lines=True)
         alone.links = self.idle_links()
         size = self.mapping.size(call.axis)
         ends = [0.0] * size
@@ -66,6 +68,6 @@ class ProbeNetwork(PhysicalNetwork):
         def finished(rank: int, when: float) -> None:
             ends[rank] = when
 
-        PhysicalNetwork.start(self, alone, call, group, list(range(size)), finished)
+        PhysicalNetwork.start(self, alone, call, group, list(joined), finished)
         alone.env.run()
         return ends, alone.env.link_wakeups, alone.env.link_launches
