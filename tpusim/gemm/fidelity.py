@@ -17,7 +17,7 @@ def symmetric_obstacle(algorithm: GemmAlgorithm, params: GemmParams, network: Ne
     reason = network.asymmetry(overrides=overrides)
     if reason is not None:
         return reason
-    if not algorithm.symmetric_safe(params, network.rank_independent):
+    if not _local(network) and not algorithm.symmetric_safe(params, network.rank_independent):
         return f"algorithm {algorithm.name!r} schedules chips differently by position"
     return None
 
@@ -36,4 +36,12 @@ def resolve_fidelity(requested: Fidelity, obstacle: str | None) -> tuple[Fidelit
 
 def representative_chips(algorithm: GemmAlgorithm, params: GemmParams, network: Network) -> list[tuple[int, int]]:
     """The chips a symmetric run simulates."""
+    if _local(network):
+        return [(0, 0)]
     return algorithm.representatives(network.mapping.shape, params, network.rank_independent)
+
+
+def _local(network: Network) -> bool:
+    """Whether the tensor mesh is 1 x 1: every GeMM is one chip's local product, with no collective whose root or
+    skew could depend on the chip's place, so every algorithm runs the same schedule on every chip."""
+    return network.mapping.shape == (1, 1)
