@@ -42,7 +42,7 @@ CASES = [
 def _step(monkeypatch: pytest.MonkeyPatch, leave_out: bool, fields: dict[str, Any]) -> dict[str, Any]:
     with monkeypatch.context() as patch:
         if not leave_out:
-            patch.setattr(program_module, "with_lines", lambda run: run(False))
+            patch.setattr(program_module, "with_lines", lambda run, ringed: run(None))
         result: dict[str, Any] = tp.step(fidelity="symmetric", **{**COMMON, **fields}).to_dict()
     return result
 
@@ -78,22 +78,28 @@ def test_leaving_lines_out_changes_no_reported_figure(monkeypatch: pytest.Monkey
 
 
 def test_a_run_that_also_shifts_over_the_axis_runs_again_with_every_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wang's shifts on axis 1 meet the lines left out of its all-gathers there: the first window runs again with
+    every line of axis 1, and the second keeps them from the start (the axis is remembered for the placement)."""
     conflicts: list[str] = []
+    runs: list[frozenset[int]] = []
     with_lines = lines_module.with_lines
 
-    def spy(run: Any) -> Any:
-        def tracked(leave_out: bool) -> Any:
+    def spy(run: Any, ringed: set[int]) -> Any:
+        def tracked(lines: LineSymmetry | None) -> Any:
+            assert lines is not None
+            runs.append(lines.blocked)
             try:
-                return run(leave_out)
+                return run(lines)
             except LineConflict as conflict:
                 conflicts.append(str(conflict))
                 raise
-        return with_lines(tracked)
+        return with_lines(tracked, ringed)
 
     fields = {"topology": "4x4x4", "mesh": "4x16", "algorithm": "wang"}
     monkeypatch.setattr(program_module, "with_lines", spy)
     reduced = tp.step(fidelity="symmetric", **{**COMMON, **fields}).to_dict()
-    assert conflicts and set(conflicts) == {"logical axis 1"}  # in each simulated window
+    assert conflicts == ["logical axis 1"]
+    assert runs[0] == frozenset() and set(runs[1:]) == {frozenset({1})}
     _assert_same(reduced, _step(monkeypatch, False, fields))
 
 

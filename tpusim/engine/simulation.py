@@ -101,7 +101,7 @@ class Simulation:
         *,
         tracer: Tracer | None = None,
         chip_slowdown: Mapping[int, float] | None = None,
-        leave_out_lines: bool = False,
+        lines: LineSymmetry | None = None,
     ) -> None:
         self.env = CountingEnvironment()
         self.hardware = hardware = network.hardware
@@ -123,7 +123,7 @@ class Simulation:
         self.starting: dict[Hashable, list[tuple[int, RankDone, tuple[int, ...]]]] = {}
         # in a symmetric run, the dimensional lines left out because a kept one runs like them
         # (``tpusim.engine.lines``); None: every line runs
-        self.lines: LineSymmetry | None = LineSymmetry() if leave_out_lines and tracer is None else None
+        self.lines = lines if tracer is None else None
         self._programs: list[tuple[int, simpy.Process]] = []
         # what each chip's program waits on, rendered only when a stall is reported (counts stay current)
         self.waiting: dict[int, Callable[[], str]] = {}

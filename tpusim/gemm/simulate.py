@@ -20,7 +20,7 @@ from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.cache import cache_key
-from tpusim.engine.lines import with_lines
+from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
@@ -189,13 +189,14 @@ def _simulate_gemm(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmP
 
     reps = representative_chips(algorithm, params, network) if symmetric else None
 
-    def simulate(leave_out_lines: bool) -> tuple[CollectiveRuntime, dict[tuple[int, ...], Any]]:
-        sim = Simulation(network, tracer=tracer, chip_slowdown=what_if.chip_slowdown, leave_out_lines=leave_out_lines)
+    def simulate(lines: LineSymmetry | None) -> tuple[CollectiveRuntime, dict[tuple[int, ...], Any]]:
+        sim = Simulation(network, tracer=tracer, chip_slowdown=what_if.chip_slowdown, lines=lines)
         runtime = CollectiveRuntime(sim, network, representatives=reps)
         return runtime, run_spmd(sim, runtime, algorithm.program, blocks)
 
     # a symmetric run without a link map leaves out the dimensional lines that run like a kept one (engine.lines)
-    runtime, outputs = with_lines(simulate) if symmetric and link_busy is None else simulate(False)
+    runtime, outputs = (with_lines(simulate, ringed_axes(network.context.memo, network.mapping))
+                        if symmetric and link_busy is None else simulate(None))
     run = account(runtime.sim, runtime, symmetric=symmetric)
     if link_busy is not None:
         link_busy.fill(runtime, symmetric=symmetric, scope="the GeMM")

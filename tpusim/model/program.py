@@ -35,7 +35,7 @@ from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.host import HostDirection
-from tpusim.engine.lines import with_lines
+from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -449,15 +449,15 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
                   window=window, keep_link_busy=keep_link_busy, tracer=tracer, host=host, dcn_slices=dcn_slices,
                   chip=chip)
     if representatives is None or keep_link_busy or tracer is not None:
-        return run(False)
-    return with_lines(run)
+        return run(None)
+    return with_lines(run, ringed_axes(network.context.memo, network.mapping))
 
 
 def _run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm],
-             leave_out_lines: bool, *, representatives: Sequence[tuple[int, ...]] | None,
+             lines: LineSymmetry | None, *, representatives: Sequence[tuple[int, ...]] | None,
              chip_slowdown: dict[int, float] | None, window: PrefetchWindow, keep_link_busy: bool,
              tracer: Tracer | None, host: HostSchedule | None, dcn_slices: int, chip: int | None) -> OpsRun:
-    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer, leave_out_lines=leave_out_lines)
+    sim = Simulation(network, chip_slowdown=chip_slowdown, tracer=tracer, lines=lines)
     if host is not None and sim.host is None:
         raise InfeasibleError(f"remat_offload needs a host link: hardware profile {network.hardware.name!r} has no "
                               "host.link_bandwidth")

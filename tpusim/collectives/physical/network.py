@@ -186,8 +186,7 @@ class PhysicalNetwork(Network):
             return None
         if len(ranks) >= self.mapping.size(call.axis) or self.topology.twisted:
             return None  # every rank runs, or lines wrap onto others (a twisted torus): every line runs
-        lines.leaving_out(call.axis)
-        return frozenset(ranks)
+        return frozenset(ranks) if lines.leaving_out(call.axis) else None
 
     def _run(self, sim: Simulation, call: CollectiveCall, program: Program, dones: list[RankDone]
              ) -> Generator[simpy.Event, Any, None]:

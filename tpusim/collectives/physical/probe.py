@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from tpusim.collectives.call import CollectiveCall
 from tpusim.collectives.network import Network, RankDone
 from tpusim.collectives.physical.network import PhysicalNetwork
+from tpusim.engine.lines import LineSymmetry
 from tpusim.engine.simulation import LAUNCH_EVENTS, Simulation
 
 __all__ = ["ProbeNetwork", "probe_network"]
@@ -60,7 +61,7 @@ class ProbeNetwork(PhysicalNetwork):
     def _run_alone(self, call: CollectiveCall, group: int, joined: tuple[int, ...]) -> tuple[list[float], int, int]:
         """(each rank's duration, the link program's wake-ups and launches) of ``call`` on ``group`` alone, the
         ranks ``joined`` running (the dimensional lines of the others left out, ``tpusim.engine.lines``)."""
-        alone = Simulation(self, leave_out_lines=True)
+        alone = Simulation(self, lines=LineSymmetry())
         alone.links = self.idle_links()
         size = self.mapping.size(call.axis)
         ends = [0.0] * size
