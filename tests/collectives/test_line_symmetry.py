@@ -21,7 +21,7 @@ from tpusim.engine import lines as lines_module
 from tpusim.engine.lines import LineConflict, LineSymmetry
 from tpusim.hardware import load_hardware
 from tpusim.topology import map_mesh, parse_topology
-from tpusim.vocabulary import CollectiveOp
+from tpusim.vocabulary import CollectiveOp, Ring
 
 TINY = TransformerModel(name="tiny", description="test model", layers=4, hidden=1024, heads=16, head_dim=64,
                         ffn=4096, sequence=64)
@@ -104,13 +104,36 @@ def test_a_run_that_also_shifts_over_the_axis_runs_again_with_every_line(monkeyp
 
 
 def test_the_lines_left_out_are_counted_as_sent() -> None:
-    """A 64-chip all-gather over x*y*z keeps the three lines through rank 0, one per physical axis and part: of
-    every phase's 16 lines per part it runs 1, and counts the other 15's transfers."""
+    """A 64-chip all-gather over x*y*z keeps, of every phase's 16 lines per part, the one through rank 0, and of
+    that ring of 4 only rank 0's position: 1 message in 64, the others' transfers counted as sent. Every kept
+    message leaves rank 0 and stands for the arrival at rank 0 (its receiver), which a rotation of the ring maps it
+    onto."""
     network = network_for(load_hardware("tpuv4"), map_mesh(parse_topology("4x4x4"), 64, 1))
     assert isinstance(network, PhysicalNetwork)
     call = network.resolve(CollectiveCall(CollectiveOp.ALL_GATHER, 0, 64 * 2**20))
     whole = network.program(call, (0,))
     kept = network.program(call, (0,), (frozenset({0}),))
     assert kept.elsewhere_transfers == len(whole.src) - len(kept.src) > 0
-    assert len(kept.src) * 16 == len(whole.src)
+    assert len(kept.src) * 64 == len(whole.src)
+    assert set(kept.src.tolist()) == set(kept.dst.tolist()) == {0}
+    assert kept.receiver is not None and set(kept.receiver.tolist()) == {network.mapping.chip(0, 0)}
     assert kept.idle_reported is not None and len(kept.idle_reported) == 0
+    assert whole.receiver is None
+
+
+def test_a_ring_folds_onto_runs_of_kept_positions() -> None:
+    """Folding keeps ranks 1 and 2 of a ring of 6: rank 2's message forward stands for the arrival at rank 1 (the
+    start of the run), rank 1's is a real arrival at rank 2, and rank 1 forwards what rank 2 sent the step before."""
+    network = network_for(load_hardware("tpuv4"), map_mesh(parse_topology("torus:6"), 6, 1))
+    assert isinstance(network, PhysicalNetwork)
+    from tpusim.collectives.plans import PlanBuilder
+
+    embedding = network.mapping.axes[0].groups[0]
+    builder = PlanBuilder(embedding, Ring.UNIDIRECTIONAL, fold=frozenset({1, 2}))
+    builder.ring_steps(3, [1.0, 1.0, 1.0], True)
+    plan = builder.finish(1)
+    assert plan.src.tolist() == [1, 2] * 3
+    assert plan.dst.tolist() == [2, 1] * 3
+    assert plan.pred.tolist() == [-1, -1, 1, 0, 3, 2]
+    assert plan.receiver is not None and plan.receiver.tolist() == [embedding.members[r] for r in [2, 1] * 3]
+    assert plan.folded_out == 4 * 3

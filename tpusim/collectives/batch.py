@@ -50,6 +50,9 @@ class Program:
     # the ranks reported as the program ends, having received nothing in its last phase; None: every such rank
     # (a program that leaves lines out does not report the ranks of those lines)
     idle_reported: np.ndarray | None = None
+    # folded rings (``plans.Plan.receiver``): the chip each message's arrival is charged to, -1 where it is the
+    # last hop's end; None: every message's is
+    receiver: np.ndarray | None = None
 
     @property
     def empty(self) -> bool:
@@ -58,8 +61,8 @@ class Program:
 
 def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
     """One program from each group's list of phase plans (phases without messages are dropped)."""
-    parts: dict[str, list[np.ndarray]] = {key: [] for key in
-                                          ("src", "dst", "nbytes", "hops", "pred", "adds", "slot", "final", "gate")}
+    parts: dict[str, list[np.ndarray]] = {key: [] for key in ("src", "dst", "nbytes", "hops", "pred", "adds",
+                                                              "slot", "final", "gate", "receiver")}
     routes: list[np.ndarray] = []
     gate_count: list[int] = []
     gate_release: list[np.ndarray] = []
@@ -80,6 +83,7 @@ def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
             parts["hops"].append(plan.hops)
             parts["pred"].append(np.where(plan.pred >= 0, plan.pred + base, -1).astype(itype, copy=False))
             parts["adds"].append(np.full(m, plan.adds))
+            parts["receiver"].append(plan.receiver if plan.receiver is not None else np.full(m, -1, dtype=np.int64))
             parts["slot"].append(np.full(m, slot, dtype=itype))
             last = index == len(used) - 1
             parts["final"].append(np.full(m, last))
@@ -115,4 +119,6 @@ def merge_phases(per_group: Sequence[Sequence[Plan]], size: int) -> Program:
         route=route, hops=arrays["hops"], succ=succ, adds=arrays["adds"].astype(bool), slot=arrays["slot"],
         final=final, incoming=incoming, gate_in=arrays["gate"], gate_count=np.array(gate_count, dtype=np.int64),
         gate_release=tuple(gate_release), roots=np.concatenate(roots) if roots else np.zeros(0, dtype=np.int64),
+        receiver=(arrays["receiver"] if any(plan.receiver is not None for phases in per_group for plan in phases)
+                  else None),
     )

@@ -107,7 +107,8 @@ class Dimensional:
         plans = []
         for op, parts in self.phases(call):
             ring_op = RING_OPERATIONS[op]
-            builder = PlanBuilder(emb, call.ring, adds=ring_op.adds)
+            # the lines kept are folded too: the positions of one ring move alike (``PlanBuilder``'s ``fold``)
+            builder = PlanBuilder(emb, call.ring, adds=ring_op.adds, fold=keep)
             for piece, unit in parts:
                 for ranks, closed in paths[piece]:
                     self._build(builder, emb, ranks, closed, op, unit)

@@ -63,14 +63,18 @@ class HbmCharges:
     link_ends: tuple[Sequence[int], Sequence[int]]  # link_src and link_dst as Python ints (``charge_few``)
 
     def charge(self, route: np.ndarray, nbytes: np.ndarray, start: np.ndarray, end: np.ndarray, *, first: bool,
-               last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray) -> None:
+               last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray,
+               receiver: np.ndarray | None = None) -> None:
         """Messages sent over ``route`` links during [start, end]: read at the source on their ``first`` hop,
-        written at the destination on their ``last``, and ``added`` seconds of reduction after ``arrival``."""
+        written at the destination on their ``last`` (or at their ``receiver`` chip, where one is given), and
+        ``added`` seconds of reduction after ``arrival``."""
         parts = []  # (chips, start, end, bytes), filed in one call
         if first:
             parts.append((self.link_src[route], start, end, nbytes))
         if last.any():
             dst = self.link_dst[route[last]]
+            if receiver is not None:
+                dst = np.where(receiver[last] >= 0, receiver[last], dst)
             parts.append((dst, start[last], end[last], nbytes[last]))
             if added is not None:
                 adds = added[last]
@@ -84,7 +88,8 @@ class HbmCharges:
             self.ledger.record_many(*(np.concatenate(column) for column in zip(*parts, strict=True)))
 
     def charge_few(self, route: list[int], nbytes: list[float], start: list[float], end: list[float], *,
-                   first: bool, last: list[bool], added: list[float] | None, arrival: list[float]) -> None:
+                   first: bool, last: list[bool], added: list[float] | None, arrival: list[float],
+                   receiver: list[int] | None = None) -> None:
         """``charge`` for a few messages, in scalars: the same spans filed in the same order (``advance_few``)."""
         ledger = self.ledger
         rows, file = ledger.rows, ledger.file_row
@@ -96,7 +101,9 @@ class HbmCharges:
                     file(row, begin, finish, size)
         if not any(last):
             return
-        ends = [(row, k) for k, link in enumerate(route) if last[k] and (row := rows.get(dst_of[link])) is not None]
+        receivers = [dst_of[link] for link in route] if receiver is None else [
+            chip if chip >= 0 else dst_of[link] for chip, link in zip(receiver, route, strict=True)]
+        ends = [(row, k) for k, chip in enumerate(receivers) if last[k] and (row := rows.get(chip)) is not None]
         for row, k in ends:
             file(row, start[k], end[k], nbytes[k])
         if added is not None:
@@ -173,7 +180,7 @@ class _Run:
             added = None if self.adding is None else self.adding[idx]
             self.hbm.charge(route, program.nbytes[idx], np.asarray(self.links.last_start),
                             np.asarray(self.links.last_end), first=hop == 0, last=~more, added=added,
-                            arrival=arrival)
+                            arrival=arrival, receiver=None if program.receiver is None else program.receiver[idx])
         self.arrived(idx, arrival, more, hop)
 
     def arrived(self, idx: np.ndarray, arrival: np.ndarray, more: np.ndarray, hop: int) -> None:
@@ -235,7 +242,8 @@ class _Run:
             added = None if self.adding is None else self.adding[idx]
             self.hbm.charge(route, nbytes, np.array([links.background_start[r] for r in reservations]),
                             arrival - links.latency[route], first=hop == 0, last=program.hops[idx] <= hop + 1,
-                            added=added, arrival=arrival)
+                            added=added, arrival=arrival,
+                            receiver=None if program.receiver is None else program.receiver[idx])
         self.file(idx, arrival, ~hop)
 
     def advance_few(self, idx: np.ndarray, hop: int, now: float) -> None:
@@ -253,7 +261,8 @@ class _Run:
         adding = None if self.adding is None else self.adding[idx].tolist()
         if self.hbm is not None:
             self.hbm.charge_few(route, nbytes, start, end, first=hop == 0, last=[not m for m in more],
-                                added=adding, arrival=arrival)
+                                added=adding, arrival=arrival,
+                                receiver=None if program.receiver is None else program.receiver[idx].tolist())
         if any(more):
             self.file_few([i for i, m in zip(ids, more, strict=True) if m],
                           [t for t, m in zip(arrival, more, strict=True) if m], hop + 1)

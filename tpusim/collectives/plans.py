@@ -48,6 +48,10 @@ class Plan:
     succ: np.ndarray
     incoming: np.ndarray  # messages finishing at each rank
     adds: bool = False  # every message is added into what its destination holds (a reduction)
+    # folded rings (``PlanBuilder`` with ``fold``): the chip whose HBM a message's arrival is charged to where it
+    # stands for another chip's arrival, else -1; and the transfers of the positions folded away
+    receiver: np.ndarray | None = None
+    folded_out: int = 0
 
     @property
     def roots(self) -> np.ndarray:
@@ -79,8 +83,12 @@ class PlanBuilder:
     (``path``), so one plan can hold several rings that share no link.
     """
 
-    def __init__(self, emb: RingEmbedding, ring: Ring, *, adds: bool = False) -> None:
+    def __init__(self, emb: RingEmbedding, ring: Ring, *, adds: bool = False,
+                 fold: frozenset[int] | None = None) -> None:
         self.emb = emb
+        # ranks whose positions a closed ring keeps when folded (``ring_steps``); None: every position
+        self.fold = fold
+        self.folded_out = 0  # messages of the positions folded away
         self.adds = adds
         self.ring = ring
         self.size = len(emb.members)
@@ -88,7 +96,7 @@ class PlanBuilder:
         self.uni = ring is Ring.UNIDIRECTIONAL and emb.closed
         self.routes: list[tuple[int, ...]] = []
         self._route_ids: dict[tuple[int, ...], int] = {}
-        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.count = 0
         n = self.size
         links = len(emb.fwd_routes)
@@ -117,12 +125,13 @@ class PlanBuilder:
         return Path(np.asarray(ranks, dtype=np.int64), fwd, bwd, closed)
 
     def _add_block(self, src: np.ndarray, dst: np.ndarray, route: np.ndarray, nbytes: np.ndarray | float,
-                   pred: np.ndarray) -> np.ndarray:
-        """Append messages; returns their indices."""
+                   pred: np.ndarray, receiver: np.ndarray | None = None) -> np.ndarray:
+        """Append messages (``receiver``: see ``Plan``); returns their indices."""
         size = len(src)
         nb = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), (size,)).copy()
         self.blocks.append((src.astype(np.int64), dst.astype(np.int64), route.astype(np.int64), nb,
-                            pred.astype(np.int64)))
+                            pred.astype(np.int64),
+                            np.full(size, -1, dtype=np.int64) if receiver is None else receiver.astype(np.int64)))
         index = np.arange(self.count, self.count + size)
         self.count += size
         return index
@@ -144,10 +153,44 @@ class PlanBuilder:
         there = (here + 1) % m if forward else (here - 1) % m
         routes = on.fwd if forward else on.bwd
         feeder = (here - 1) % m if forward else (here + 1) % m  # who sent me what I forward
+        if self.fold is not None and on.closed:
+            kept = np.array([int(rank) in self.fold for rank in on.ranks.tolist()])
+            if 0 < kept.sum() < m:
+                self._folded_steps(steps, sizes, forward, on, kept)
+                return
         previous: np.ndarray | None = None
         for s in range(steps):
             pred = np.full(m, -1) if previous is None else previous[feeder]
             previous = self._add_block(on.ranks, on.ranks[there], routes, sizes[s], pred)
+
+    def _folded_steps(self, steps: int, sizes: list[float], forward: bool, on: Path, kept: np.ndarray) -> None:
+        """``ring_steps`` keeping only the positions ``kept`` of a closed ring whose positions all move alike
+        (docs/network.md#fidelity-modes). A kept position fed by a folded one forwards instead what the last
+        position of its run of kept positions sent the step before: a rotation of the ring maps that message
+        onto its feeder's, so it also stands for the arrival at the run's first position (``receiver``)."""
+        m = on.size
+        step = 1 if forward else -1
+        positions = np.flatnonzero(kept).tolist()
+        index = {q: k for k, q in enumerate(positions)}
+        feeders, stands = [], []
+        for q in positions:
+            end = q  # the last position of q's run, in the direction of travel
+            while kept[(end + step) % m]:
+                end = (end + step) % m
+            start = q  # the first
+            while kept[(start - step) % m]:
+                start = (start - step) % m
+            feeders.append(index[(q - step) % m] if kept[(q - step) % m] else index[end])
+            stands.append((q + step) % m if kept[(q + step) % m] else start)
+        dst = on.ranks[np.array(stands)]
+        receivers = np.array([self.emb.members[rank] for rank in dst.tolist()])
+        chosen = np.array(positions)
+        routes = (on.fwd if forward else on.bwd)[chosen]
+        previous: np.ndarray | None = None
+        for s in range(steps):
+            pred = np.full(len(chosen), -1) if previous is None else previous[np.array(feeders)]
+            previous = self._add_block(on.ranks[chosen], dst, routes, sizes[s], pred, receivers)
+        self.folded_out += (m - len(chosen)) * steps
 
     def ring_both_ways(self, steps: int, unit: float, path: Path | None = None) -> None:
         """``steps`` ring steps of ``unit`` bytes: halves both ways (bidirectional) or whole ones forward."""
@@ -226,9 +269,9 @@ class PlanBuilder:
 
 def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
     if builder.blocks:
-        src, dst, rid, nbytes, pred = (np.concatenate(parts) for parts in zip(*builder.blocks, strict=True))
+        src, dst, rid, nbytes, pred, receiver = (np.concatenate(parts) for parts in zip(*builder.blocks, strict=True))
     else:
-        src = dst = rid = pred = np.zeros(0, dtype=np.int64)
+        src = dst = rid = pred = receiver = np.zeros(0, dtype=np.int64)
         nbytes = np.zeros(0)
     table_hops = np.array([len(r) for r in builder.routes] or [0], dtype=np.int64)
     width = max(int(table_hops.max()), 1)
@@ -243,7 +286,8 @@ def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
         count = len(src)
         rep = np.repeat(np.arange(count), chunks)
         j = np.tile(np.arange(chunks), count)
-        src, dst, nbytes, route, hops = src[rep], dst[rep], nbytes[rep], route[rep], hops[rep]
+        src, dst, nbytes, route, hops, receiver = (src[rep], dst[rep], nbytes[rep], route[rep], hops[rep],
+                                                   receiver[rep])
         base = pred[rep]
         pred = np.where(base >= 0, base * chunks + j, -1)
     m = len(src)
@@ -253,4 +297,6 @@ def _finish(builder: PlanBuilder, n: int, chunks: int) -> Plan:
     has = pred >= 0
     succ[pred[has]] = np.flatnonzero(has)
     incoming = np.bincount(dst, minlength=n).astype(itype) if m else np.zeros(n, dtype=itype)
-    return Plan(n, src, dst, nbytes, route, hops, pred, succ, incoming, builder.adds)
+    folded = builder.folded_out > 0
+    return Plan(n, src, dst, nbytes, route, hops, pred, succ, incoming, builder.adds,
+                receiver if folded else None, builder.folded_out * chunks)

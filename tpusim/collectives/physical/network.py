@@ -229,6 +229,7 @@ class PhysicalNetwork(Network):
         left_out = 0 if dimensional is None else sum(
             dimensional.left_out_transfers(self.resolve(call), self.mapping.axes[call.axis].groups[group], keep)
             for group, keep in zip(groups, kept, strict=True) if keep is not None)
+        left_out += sum(plan.folded_out for plans in per_group for plan in plans)
         if left_out:
             size = self.mapping.size(call.axis)
             members = np.zeros(size * len(groups), dtype=bool)
