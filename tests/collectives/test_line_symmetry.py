@@ -36,6 +36,8 @@ CASES = [
     {"topology": "4x4x4", "layout": "data=16,tensor=4", "algorithm": "tp1d", "zero_stage": 2},
     {"topology": "4x4x8", "mesh": "128x1", "algorithm": "collective", "prefetch": "window", "batch": 128},
     {"topology": "4x4x4", "layout": "fsdp=4,tensor=16", "algorithm": "tp1d", "prefetch": "previous-op"},
+    {"topology": "4x4x4", "mesh": "64x1", "algorithm": "collective", "multi_axis": "snake"},  # one folded ring
+    {"topology": "4x4x4", "layout": "data=4,tensor=4x4", "algorithm": "meshslice", "slices": 2},
 ]
 
 

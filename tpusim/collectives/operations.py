@@ -94,9 +94,10 @@ class Operation(ABC):
             return "ring, whole shards one way"
         return "ring, halves both ways"
 
-    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
-        """The per-link plan of each phase of a resolved call on one group."""
-        builder = PlanBuilder(emb, call.ring, adds=self.adds)
+    def plans(self, call: CollectiveCall, emb: RingEmbedding, fold: frozenset[int] | None = None) -> list[Plan]:
+        """The per-link plan of each phase of a resolved call on one group; its ring steps keep only the positions
+        of the ranks in ``fold`` where given (``PlanBuilder``: only for operations whose ranks all move alike)."""
+        builder = PlanBuilder(emb, call.ring, adds=self.adds, fold=fold)
         if builder.size > 1:
             self.build(call, builder)
         return [builder.finish(call.chunks)]
@@ -204,8 +205,9 @@ class AllReduce(Operation):
         return (replace(call, op=CollectiveOp.REDUCE_SCATTER),
                 replace(call, op=CollectiveOp.ALL_GATHER, nbytes=call.nbytes // size))
 
-    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
-        return [plan for half in self.halves(call, len(emb.members)) for plan in OPERATIONS[half.op].plans(half, emb)]
+    def plans(self, call: CollectiveCall, emb: RingEmbedding, fold: frozenset[int] | None = None) -> list[Plan]:
+        return [plan for half in self.halves(call, len(emb.members))
+                for plan in OPERATIONS[half.op].plans(half, emb, fold)]
 
     def apply(self, call: CollectiveCall, inputs: Sequence[Tensor]) -> list[Tensor | None]:
         return [add(inputs)] * len(inputs)
@@ -297,7 +299,8 @@ class _Rooted(Operation):
                     else "ring reduce-scatter, then gather")
         return f"pipelined chain, {call.chunks} chunk{'s' if call.chunks != 1 else ''}"
 
-    def plans(self, call: CollectiveCall, emb: RingEmbedding) -> list[Plan]:
+    def plans(self, call: CollectiveCall, emb: RingEmbedding, fold: frozenset[int] | None = None) -> list[Plan]:
+        del fold  # a rooted operation's ranks do not move alike
         if call.variant != SCATTER_GATHER:
             return super().plans(call, emb)
         n = len(emb.members)

@@ -176,16 +176,20 @@ class PhysicalNetwork(Network):
 
     def _kept(self, sim: Simulation, call: CollectiveCall, group: int, ranks: tuple[int, ...]
               ) -> frozenset[int] | None:
-        """The ranks whose lines a run that may leave lines out keeps of ``call`` on ``group``
-        (``tpusim.engine.lines``), or None: every line runs."""
+        """The ranks a run that may leave lines out and fold rings keeps of ``call`` on ``group``
+        (``tpusim.engine.lines``), or None: every rank's messages run."""
+        del group
         lines = sim.lines
-        if lines is None or self.schedules.get(call.axis) is None:
-            return None
-        if self.dimensional(call) is None:  # a ring operation, over the snake ring through every line
+        if lines is None or self.topology.twisted:
+            return None  # lines and rings wrap onto others on a twisted torus
+        if call.op not in DIMENSIONAL_OPS:  # a ring operation whose ranks do not move alike
             lines.ringing(call.axis)
             return None
-        if len(ranks) >= self.mapping.size(call.axis) or self.topology.twisted:
-            return None  # every rank runs, or lines wrap onto others (a twisted torus): every line runs
+        axis = self.mapping.axes[call.axis]
+        if len(ranks) >= axis.size:
+            return None
+        if self.dimensional(call) is None and (not axis.closed or axis.max_hops != 1 or axis.embedding == "split"):
+            return None  # a line, or a ring whose steps share links: positions do not move alike
         return frozenset(ranks) if lines.leaving_out(call.axis) else None
 
     def _run(self, sim: Simulation, call: CollectiveCall, program: Program, dones: list[RankDone]
@@ -255,7 +259,7 @@ class PhysicalNetwork(Network):
             memo.clear()
         dimensional = self.dimensional(call)
         resolved = self.resolve(call)
-        plans = (operation(call.op).plans(resolved, embedding) if dimensional is None
+        plans = (operation(call.op).plans(resolved, embedding, keep) if dimensional is None
                  else dimensional.plans(resolved, embedding, keep))
         memo[key] = (embedding, plans)
         return plans
