@@ -22,7 +22,6 @@ from tpusim.engine.chip import Chip
 __all__ = ["SETTLED", "DmaWindow", "HbmLedger", "SharedHbm"]
 
 SETTLED = 1e-12  # seconds: a stretch below this is rounding, not contention
-_FEW = 16  # spans of a batch below which they are filed one by one
 _MAX_ROUNDS = 200  # fixed-point rounds per check; converges geometrically while DMA stays below HBM bandwidth
 
 SpanDone = Callable[[float, float], None]
@@ -33,46 +32,29 @@ class HbmLedger:
     bytes are charged per byte recorded (the profile's ``chip.dma_hbm_traffic``). Only chips that run a program are
     watched: the others (the non-representatives of a symmetric run) never compute, so their DMA slows nothing.
 
-    Spans live in one row per watched chip of three arrays, so a batch of transfers is filed with a few array
-    operations and a query is one vectorised sum over the chip's live spans."""
+    Spans live in three Python lists per watched chip (filing one is three appends, the common case: most wake-ups
+    of the link executor move a few messages), read into arrays once per query (``window``), where one vectorised
+    sum runs over the chip's live spans."""
 
     def __init__(self, traffic: float = 1.0) -> None:
         self.traffic = traffic
         self._row = np.full(0, -1, dtype=np.int64)  # by chip id: its row, or -1 when not watched
         self._row_of: dict[int, int] = {}  # the same for scalar lookups: the rows of the watched chips
-        self._rows = 0  # rows in use; the tables hold more, grown by doubling
-        self._count = np.zeros(0, dtype=np.int64)  # live spans per row
-        self._start = np.zeros((0, 8))
-        self._end = np.zeros((0, 8))
-        self._bytes = np.zeros((0, 8))
+        self._spans: list[tuple[list[float], list[float], list[float]]] = []  # by row: starts, ends, bytes
 
     def watch(self, chip: int) -> None:
         if chip >= len(self._row):
             self._row = np.concatenate([self._row, np.full(chip + 1 - len(self._row), -1, dtype=np.int64)])
         if self._row[chip] >= 0:
             return
-        if self._rows == len(self._count):
-            grown = max(8, 2 * self._rows)
-            self._count = np.concatenate([self._count, np.zeros(grown - self._rows, dtype=np.int64)])
-            width = self._start.shape[1]
-            self._start, self._end, self._bytes = (np.vstack([table, np.zeros((grown - self._rows, width))])
-                                                   for table in (self._start, self._end, self._bytes))
-        self._row[chip] = self._row_of[chip] = self._rows
-        self._rows += 1
+        self._row[chip] = self._row_of[chip] = len(self._spans)
+        self._spans.append(([], [], []))
 
     def _rows_of(self, chips: np.ndarray) -> np.ndarray:
         rows = np.full(len(chips), -1, dtype=np.int64)
         known = chips < len(self._row)
         rows[known] = self._row[chips[known]]
         return rows
-
-    def _widen(self, needed: int) -> None:
-        width = self._start.shape[1]
-        if needed <= width:
-            return
-        grown = max(needed, 2 * width)
-        self._start, self._end, self._bytes = (np.hstack([table, np.zeros((len(table), grown - width))])
-                                               for table in (self._start, self._end, self._bytes))
 
     @property
     def rows(self) -> dict[int, int]:
@@ -86,43 +68,30 @@ class HbmLedger:
 
     def file_row(self, row: int, start: float, end: float, nbytes: float) -> None:
         """A span of the chip of row ``row`` (``rows``)."""
-        at = int(self._count[row])
-        self._widen(at + 1)
-        self._start[row, at], self._end[row, at], self._bytes[row, at] = start, end, nbytes * self.traffic
-        self._count[row] = at + 1
+        starts, ends, carried = self._spans[row]
+        starts.append(start)
+        ends.append(end)
+        carried.append(nbytes * self.traffic)
 
     def record_many(self, chips: np.ndarray, start: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> None:
         rows = self._rows_of(chips)
         keep = rows >= 0
-        kept = int(np.count_nonzero(keep))
-        if not kept:
+        if not keep.any():
             return
-        rows, start, end, nbytes = rows[keep], start[keep], end[keep], nbytes[keep]
-        if kept <= _FEW:  # a handful of spans: scalars beat array operations
-            for span in zip(rows.tolist(), start.tolist(), end.tolist(), nbytes.tolist(), strict=True):
-                self.file_row(*span)
-            return
-        order = np.argsort(rows, kind="stable")
-        rows = rows[order]
-        first = np.empty(len(rows), dtype=bool)
-        first[0] = True
-        first[1:] = rows[1:] != rows[:-1]
-        at = self._count[rows]
-        if not first.all():  # a chip twice in the batch: its spans go to consecutive places
-            heads = np.flatnonzero(first)
-            at = at + np.arange(len(rows)) - np.repeat(heads, np.diff(np.append(heads, len(rows))))
-        self._widen(int(at.max()) + 1)
-        self._start[rows, at] = start[order]
-        self._end[rows, at] = end[order]
-        self._bytes[rows, at] = nbytes[order] * self.traffic
-        np.add.at(self._count, rows, 1)
+        spans = self._spans
+        for row, begin, finish, size in zip(rows[keep].tolist(), start[keep].tolist(), end[keep].tolist(),
+                                            (nbytes[keep] * self.traffic).tolist(), strict=True):
+            starts, ends, carried = spans[row]
+            starts.append(begin)
+            ends.append(finish)
+            carried.append(size)
 
     def total(self, chip: int) -> float:
         """DMA bytes of ``chip`` still held (every span, until queries over later windows forget the early ones)."""
-        if chip >= len(self._row) or self._row[chip] < 0:
+        row = self._row_of.get(chip)
+        if row is None:
             return 0.0
-        row = int(self._row[chip])
-        return float(self._bytes[row, :self._count[row]].sum())
+        return float(np.array(self._spans[row][2], dtype=np.float64).sum())
 
     def bytes_between(self, chip: int, lo: float, hi: float) -> float:
         """DMA bytes of ``chip`` inside [lo, hi]; forgets spans that end by ``lo`` (a chip's ops only move on)."""
@@ -135,17 +104,15 @@ class HbmLedger:
         row = self._row_of.get(chip)
         if row is None:
             return None
-        count = int(self._count[row])
-        if not count:
+        starts, ends, carried = self._spans[row]
+        if not ends:
             return None
-        start, end, nbytes = self._start[row, :count], self._end[row, :count], self._bytes[row, :count]
+        start, end, nbytes = np.array(starts), np.array(ends), np.array(carried)
         live = end > lo
         if not live.all():
-            kept = int(live.sum())
             start, end, nbytes = start[live], end[live], nbytes[live]
-            self._start[row, :kept], self._end[row, :kept], self._bytes[row, :kept] = start, end, nbytes
-            self._count[row] = kept
-            if not kept:
+            self._spans[row] = (start.tolist(), end.tolist(), nbytes.tolist())
+            if not len(end):
                 return None
         return DmaWindow(end, np.maximum(start, lo), nbytes, end - start)
 
