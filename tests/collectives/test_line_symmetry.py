@@ -139,3 +139,35 @@ def test_a_ring_folds_onto_runs_of_kept_positions() -> None:
     assert plan.pred.tolist() == [-1, -1, 1, 0, 3, 2]
     assert plan.receiver is not None and plan.receiver.tolist() == [embedding.members[r] for r in [2, 1] * 3]
     assert plan.folded_out == 4 * 3
+
+
+@pytest.mark.parametrize("mesh, algorithm, slices", [("64x1", "meshslice", 2), ("16x4", "collective", None)])
+def test_a_hoisted_gemm_is_timed_alike_with_lines_left_out(monkeypatch: pytest.MonkeyPatch, mesh: str,
+                                                          algorithm: str, slices: int | None) -> None:
+    """``gemm.hoisted`` (the tuner's bound) leaves lines out in symmetric runs too: the same time to the bit."""
+    import tpusim.gemm.hoisted as hoisted
+    from tpusim.gemm.dataflow import GemmProblem
+    from tpusim.gemm.params import GemmParams
+    from tpusim.gemm.registry import get_algorithm
+    from tpusim.vocabulary import Dataflow, Fidelity, Prefetch
+
+    rows, cols = (int(part) for part in mesh.split("x"))
+    problem = GemmProblem(m=8192, n=4096, k=4096, dataflow=Dataflow.OS)
+    params = GemmParams(prefetch=Prefetch.PREVIOUS_GEMM, slices=slices)
+
+    def timed() -> float:
+        network = network_for(load_hardware("tpuv4"), map_mesh(parse_topology("4x4x4"), rows, cols))
+        return hoisted.hoisted_time(problem, get_algorithm(algorithm), params, network, Fidelity.SYMMETRIC)
+
+    calls: list[bool] = []
+    with_lines = hoisted.with_lines
+
+    def spy(run: Any, ringed: set[int]) -> Any:
+        calls.append(True)
+        return with_lines(run, ringed)
+
+    monkeypatch.setattr(hoisted, "with_lines", spy)
+    reduced = timed()
+    assert calls
+    monkeypatch.setattr(hoisted, "with_lines", lambda run, ringed: run(None))
+    assert reduced == timed()

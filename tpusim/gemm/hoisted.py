@@ -13,6 +13,7 @@ GeMM's own time is the bound.
 from __future__ import annotations
 
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 import simpy
@@ -21,6 +22,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.cache import cache_key
+from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext
@@ -64,11 +66,21 @@ def hoisted_time(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmPar
 
 def _simulate(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network,
               symmetric: bool) -> float:
+    if not symmetric:
+        return _run(problem, algorithm, params, network, None)
+    # representative chips only: the lines and ring positions that run like theirs are left out (engine.lines)
+    return with_lines(partial(_run, problem, algorithm, params, network),
+                      ringed_axes(network.context.memo, network.mapping))
+
+
+def _run(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network,
+         lines: LineSymmetry | None) -> float:
     mesh = network.mapping.shape
     ctx = GemmContext(problem, params, mesh)
     blocks = operand_blocks(problem.x_shape, problem.w_shape, algorithm.sharding(problem, mesh), mesh)
-    sim = Simulation(network)
-    representatives = representative_chips(algorithm, params, network) if symmetric else None
+    sim = Simulation(network, lines=lines)
+    # a run that may leave lines out is a symmetric one (``_simulate``): its representatives run
+    representatives = representative_chips(algorithm, params, network) if lines is not None else None
     runtime = CollectiveRuntime(sim, network, representatives=representatives)
     running = len(representatives) if representatives is not None else mesh[0] * mesh[1] * network.mapping.data
     barrier = _Barrier(sim.env, running)
