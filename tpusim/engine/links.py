@@ -33,6 +33,7 @@ class LinkOverride:
 
 
 TransferHook = Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+_ELEMENTWISE = 4  # transfers of a scalar batch up to which element access beats numpy's fancy indexing
 
 
 class LinkArray:
@@ -108,12 +109,21 @@ class LinkArray:
         bit; (starts, ends, arrivals)."""
         bandwidth, latency, overhead = self._bandwidth_of, self._latency_of, self.overhead
         durations = [size / bandwidth[link] + overhead for link, size in zip(links, nbytes, strict=True)]
-        starts = [max(free, now) for free in self.free_at[links].tolist()]
-        ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+        free_at, carried, busy = self.free_at, self.bytes, self.busy
+        if len(links) <= _ELEMENTWISE:
+            starts = [max(float(free_at[link]), now) for link in links]
+            ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+            for link, size, end, duration in zip(links, nbytes, ends, durations, strict=True):
+                free_at[link] = end
+                carried[link] += size
+                busy[link] += duration
+        else:
+            starts = [max(free, now) for free in free_at[links].tolist()]
+            ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+            free_at[links] = ends  # the links are distinct: one write each
+            carried[links] += nbytes
+            busy[links] += durations
         arrivals = [end + latency[link] for link, end in zip(links, ends, strict=True)]
-        self.free_at[links] = ends  # the links are distinct: one write each
-        self.bytes[links] += nbytes
-        self.busy[links] += durations
         self.transfers += len(links)
         self.last_start, self.last_end = (starts[0], ends[0]) if len(links) == 1 else (np.array(starts),
                                                                                      np.array(ends))
