@@ -44,7 +44,7 @@ CASES = [
 def _step(monkeypatch: pytest.MonkeyPatch, leave_out: bool, fields: dict[str, Any]) -> dict[str, Any]:
     with monkeypatch.context() as patch:
         if not leave_out:
-            patch.setattr(program_module, "with_lines", lambda run, ringed: run(None))
+            patch.setattr(program_module, "with_lines", lambda run, memo, placement: run(None))
         result: dict[str, Any] = tp.step(fidelity="symmetric", **{**COMMON, **fields}).to_dict()
     return result
 
@@ -86,7 +86,7 @@ def test_a_run_that_also_shifts_over_the_axis_runs_again_with_every_line(monkeyp
     runs: list[frozenset[int]] = []
     with_lines = lines_module.with_lines
 
-    def spy(run: Any, ringed: set[int]) -> Any:
+    def spy(run: Any, memo: dict[Any, Any], placement: object) -> Any:
         def tracked(lines: LineSymmetry | None) -> Any:
             assert lines is not None
             runs.append(lines.blocked)
@@ -95,7 +95,7 @@ def test_a_run_that_also_shifts_over_the_axis_runs_again_with_every_line(monkeyp
             except LineConflict as conflict:
                 conflicts.append(str(conflict))
                 raise
-        return with_lines(tracked, ringed)
+        return with_lines(tracked, memo, placement)
 
     fields = {"topology": "4x4x4", "mesh": "4x16", "algorithm": "wang"}
     monkeypatch.setattr(program_module, "with_lines", spy)
@@ -162,12 +162,12 @@ def test_a_hoisted_gemm_is_timed_alike_with_lines_left_out(monkeypatch: pytest.M
     calls: list[bool] = []
     with_lines = hoisted.with_lines
 
-    def spy(run: Any, ringed: set[int]) -> Any:
+    def spy(run: Any, memo: dict[Any, Any], placement: object) -> Any:
         calls.append(True)
-        return with_lines(run, ringed)
+        return with_lines(run, memo, placement)
 
     monkeypatch.setattr(hoisted, "with_lines", spy)
     reduced = timed()
     assert calls
-    monkeypatch.setattr(hoisted, "with_lines", lambda run, ringed: run(None))
+    monkeypatch.setattr(hoisted, "with_lines", lambda run, memo, placement: run(None))
     assert reduced == timed()

@@ -21,9 +21,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -33,6 +33,9 @@ from tpusim.engine.hbm import HbmLedger
 from tpusim.engine.links import LinkArray
 from tpusim.engine.simulation import CountingEnvironment
 from tpusim.errors import NonFiniteError
+
+if TYPE_CHECKING:
+    from tpusim.topology import PhysicalTopology
 
 RankDone = Callable[[int, float], None]
 Filed = tuple[float, int, np.ndarray, int]  # (ready time, filing order, message indices, hop)
@@ -57,10 +60,8 @@ class HbmCharges:
     reduction moves per byte it adds."""
 
     ledger: HbmLedger
-    link_src: np.ndarray
-    link_dst: np.ndarray
+    topology: PhysicalTopology  # each link's end chips: as arrays (``charge``) and as Python ints (``charge_few``)
     passes: float
-    link_ends: tuple[Sequence[int], Sequence[int]]  # link_src and link_dst as Python ints (``charge_few``)
 
     def charge(self, route: np.ndarray, nbytes: np.ndarray, start: np.ndarray, end: np.ndarray, *, first: bool,
                last: np.ndarray, added: np.ndarray | None, arrival: np.ndarray,
@@ -70,9 +71,9 @@ class HbmCharges:
         ``added`` seconds of reduction after ``arrival``."""
         parts = []  # (chips, start, end, bytes), filed in one call
         if first:
-            parts.append((self.link_src[route], start, end, nbytes))
+            parts.append((self.topology.link_src[route], start, end, nbytes))
         if last.any():
-            dst = self.link_dst[route[last]]
+            dst = self.topology.link_dst[route[last]]
             if receiver is not None:
                 dst = np.where(receiver[last] >= 0, receiver[last], dst)
             parts.append((dst, start[last], end[last], nbytes[last]))
@@ -93,7 +94,7 @@ class HbmCharges:
         """``charge`` for a few messages, in scalars: the same spans filed in the same order (``advance_few``)."""
         ledger = self.ledger
         rows, file = ledger.rows, ledger.file_row
-        src_of, dst_of = self.link_ends
+        src_of, dst_of = self.topology.link_ends
         if first:
             for link, size, begin, finish in zip(route, nbytes, start, end, strict=True):
                 row = rows.get(src_of[link])

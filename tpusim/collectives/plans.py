@@ -149,15 +149,15 @@ class PlanBuilder:
         """Every position forwards to its neighbour each step; step s carries sizes[s] bytes."""
         on = path or self.whole
         m = on.size
-        here = np.arange(m)
-        there = (here + 1) % m if forward else (here - 1) % m
-        routes = on.fwd if forward else on.bwd
-        feeder = (here - 1) % m if forward else (here + 1) % m  # who sent me what I forward
         if self.fold is not None and on.closed:
             kept = np.array([int(rank) in self.fold for rank in on.ranks.tolist()])
             if 0 < kept.sum() < m:
                 self._folded_steps(steps, sizes, forward, on, kept)
                 return
+        here = np.arange(m)
+        there = (here + 1) % m if forward else (here - 1) % m
+        routes = on.fwd if forward else on.bwd
+        feeder = (here - 1) % m if forward else (here + 1) % m  # who sent me what I forward
         previous: np.ndarray | None = None
         for s in range(steps):
             pred = np.full(m, -1) if previous is None else previous[feeder]

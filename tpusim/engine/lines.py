@@ -11,8 +11,8 @@ transfers of the others to the run's count, so every reported figure is the one 
 That holds only while no traffic but such collectives uses the lines left out. A ring operation (broadcast, shift,
 send-receive, or a collective the profile runs on the snake ring) on the same logical axis runs over a snake ring
 that crosses them. A run raises ``LineConflict`` the moment both kinds have met on one axis, and ``with_lines``
-runs it again with every line of that axis, which later runs of the same placement keep from the start
-(``ringed_axes``). Runs that report per-link figures (a trace, a link map) keep every line.
+runs it again with every line of that axis, which later runs of the same placement keep from the start (the
+context's memo remembers the axis). Runs that report per-link figures (a trace, a link map) keep every line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["LineConflict", "LineSymmetry", "ringed_axes", "with_lines"]
+__all__ = ["LineConflict", "LineSymmetry", "with_lines"]
 
 T = TypeVar("T")
 
@@ -59,9 +59,10 @@ class LineSymmetry:
         self.ringed.add(axis)
 
 
-def with_lines(run: Callable[[LineSymmetry | None], T], ringed: set[int]) -> T:
-    """``run`` leaving lines out where exact; an axis found to be rung (``LineConflict``) joins ``ringed``, which
-    the caller keeps for its later runs of the same placement, and the run starts again with every line of it."""
+def with_lines(run: Callable[[LineSymmetry | None], T], memo: dict[Any, Any], placement: object) -> T:
+    """``run`` leaving lines out where exact; an axis found to be rung (``LineConflict``) is remembered in ``memo``
+    for later runs of ``placement`` (a mapping), and the run starts again with every line of it."""
+    ringed = _ringed_axes(memo, placement)
     while True:
         try:
             return run(LineSymmetry(frozenset(ringed)))
@@ -69,7 +70,7 @@ def with_lines(run: Callable[[LineSymmetry | None], T], ringed: set[int]) -> T:
             ringed.add(conflict.axis)
 
 
-def ringed_axes(memo: dict[Any, Any], placement: object) -> set[int]:
+def _ringed_axes(memo: dict[Any, Any], placement: object) -> set[int]:
     """The axes of ``placement`` (a mapping) that runs sharing ``memo`` found rung, kept in ``memo``."""
     key = ("ringed axes", id(placement))
     hit = memo.get(key)

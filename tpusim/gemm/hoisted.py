@@ -22,7 +22,7 @@ from tpusim.collectives.device import Device, run_spmd
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.cache import cache_key
-from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
+from tpusim.engine.lines import LineSymmetry, with_lines
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.gemm.algorithm import GemmAlgorithm, GemmContext
@@ -69,8 +69,7 @@ def _simulate(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams
     if not symmetric:
         return _run(problem, algorithm, params, network, None)
     # representative chips only: the lines and ring positions that run like theirs are left out (engine.lines)
-    return with_lines(partial(_run, problem, algorithm, params, network),
-                      ringed_axes(network.context.memo, network.mapping))
+    return with_lines(partial(_run, problem, algorithm, params, network), network.context.memo, network.mapping)
 
 
 def _run(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmParams, network: Network,

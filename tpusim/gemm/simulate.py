@@ -20,7 +20,7 @@ from tpusim.collectives.link_busy import LinkBusy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.cache import cache_key
-from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
+from tpusim.engine.lines import LineSymmetry, with_lines
 from tpusim.engine.links import LinkOverride
 from tpusim.engine.result import ResultMixin
 from tpusim.engine.simulation import Simulation
@@ -195,7 +195,7 @@ def _simulate_gemm(problem: GemmProblem, algorithm: GemmAlgorithm, params: GemmP
         return runtime, run_spmd(sim, runtime, algorithm.program, blocks)
 
     # a symmetric run without a link map leaves out the dimensional lines that run like a kept one (engine.lines)
-    runtime, outputs = (with_lines(simulate, ringed_axes(network.context.memo, network.mapping))
+    runtime, outputs = (with_lines(simulate, network.context.memo, network.mapping)
                         if symmetric and link_busy is None else simulate(None))
     run = account(runtime.sim, runtime, symmetric=symmetric)
     if link_busy is not None:

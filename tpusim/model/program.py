@@ -35,7 +35,7 @@ from tpusim.collectives.link_busy import run_link_busy
 from tpusim.collectives.network import Network
 from tpusim.collectives.runtime import CollectiveRuntime
 from tpusim.engine.host import HostDirection
-from tpusim.engine.lines import LineSymmetry, ringed_axes, with_lines
+from tpusim.engine.lines import LineSymmetry, with_lines
 from tpusim.engine.simulation import Simulation
 from tpusim.engine.tensor import Tensor
 from tpusim.engine.trace import Tracer
@@ -450,7 +450,7 @@ def run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, Prepar
                   chip=chip)
     if representatives is None or keep_link_busy or tracer is not None:
         return run(None)
-    return with_lines(run, ringed_axes(network.context.memo, network.mapping))
+    return with_lines(run, network.context.memo, network.mapping)
 
 
 def _run_ops(network: Network, sequence: Sequence[Entry], gemms: dict[str, PreparedGemm],

@@ -164,21 +164,19 @@ class PhysicalNetwork(Network):
             # groups that start the same call at this instant run as one program (module ``batch``)
             batch = sim.starting[call] = []
             sim.env.timeout(0).callbacks.append(lambda _: self._launch(sim, call))
-        batch.append((group, done, tuple(ranks)))  # the program reports every rank of the group
+        batch.append((group, done, tuple(ranks)))  # the ranks that joined: what a symmetric run keeps
 
     def _launch(self, sim: Simulation, call: CollectiveCall) -> None:
         batch = sim.starting.pop(call)
         dones = [done for _, done, _ in batch]
         groups = tuple(group for group, _, _ in batch)
-        program = self.program(call, groups, tuple(self._kept(sim, call, group, ranks) for group, _, ranks in batch))
+        program = self.program(call, groups, tuple(self._kept(sim, call, ranks) for _, _, ranks in batch))
         sim.env.link_launches += 1
         sim.env.process(self._run(sim, call, program, dones))
 
-    def _kept(self, sim: Simulation, call: CollectiveCall, group: int, ranks: tuple[int, ...]
-              ) -> frozenset[int] | None:
-        """The ranks a run that may leave lines out and fold rings keeps of ``call`` on ``group``
-        (``tpusim.engine.lines``), or None: every rank's messages run."""
-        del group
+    def _kept(self, sim: Simulation, call: CollectiveCall, ranks: tuple[int, ...]) -> frozenset[int] | None:
+        """The ranks of a group a run that may leave lines out and fold rings keeps of ``call`` (those that joined,
+        ``tpusim.engine.lines``), or None: every rank's messages run."""
         lines = sim.lines
         if lines is None or self.topology.twisted:
             return None  # lines and rings wrap onto others on a twisted torus
@@ -207,8 +205,7 @@ class PhysicalNetwork(Network):
         assert links is not None  # the collective runtime set the idle links
         # the DMA shares HBM wherever the runtime set the simulation's HBM ledger up (charges_dma)
         hbm = (None if sim.hbm is None else
-               HbmCharges(sim.hbm.ledger, self.topology.link_src, self.topology.link_dst,
-                          self.profile.ici.reduction_passes, self.topology.link_ends))
+               HbmCharges(sim.hbm.ledger, self.topology, self.profile.ici.reduction_passes))
         body = execute_program(env, links, program, done, self.costs.reduce_per_byte, hbm,
                                background=call.background)
         tracer = sim.tracer
